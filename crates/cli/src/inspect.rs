@@ -1,0 +1,201 @@
+//! `lamina inspect`: what `gguf-dump` shows, as text or JSON.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use anyhow::{Context, Result};
+use lamina_gguf::{ArrayView, Gguf, TensorInfo, Value};
+use serde_json::{Map, Value as Json, json};
+
+/// Arrays longer than this are summarised unless `--full` is given.
+const ARRAY_SUMMARY_LEN: usize = 32;
+/// Items of a long array shown in the text summary.
+const TEXT_PREVIEW_ITEMS: usize = 5;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// GGUF file (a path or a name in the models directory).
+    file: String,
+    /// Also list every tensor.
+    #[arg(long)]
+    tensors: bool,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Print arrays in full instead of summarising long ones.
+    #[arg(long)]
+    full: bool,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let path = crate::models::resolve(&args.file)?;
+    let gguf = Gguf::open(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let out = if args.json {
+        let mut s = serde_json::to_string_pretty(&to_json(&gguf, args.full))?;
+        s.push('\n');
+        s
+    } else {
+        to_text(&gguf, &path.display().to_string(), args.tensors, args.full)
+    };
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    // A closed pipe (`lamina inspect ... | head`) is not an error worth reporting.
+    match stdout.write_all(out.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("cannot write to stdout"),
+    }
+}
+
+fn lossy(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn value_to_json(value: &Value<'_>, full: bool) -> Json {
+    match *value {
+        Value::U8(v) => json!(v),
+        Value::I8(v) => json!(v),
+        Value::U16(v) => json!(v),
+        Value::I16(v) => json!(v),
+        Value::U32(v) => json!(v),
+        Value::I32(v) => json!(v),
+        Value::U64(v) => json!(v),
+        Value::I64(v) => json!(v),
+        // JSON has no NaN or infinity: those become null.
+        Value::F32(v) => json!(v),
+        Value::F64(v) => json!(v),
+        Value::Bool(v) => json!(v),
+        Value::String(s) => json!(lossy(s)),
+        Value::Array(a) => array_to_json(&a, full),
+    }
+}
+
+fn array_to_json(a: &ArrayView<'_>, full: bool) -> Json {
+    if !full && a.len() > ARRAY_SUMMARY_LEN {
+        json!({ "type": a.elem_type().name(), "len": a.len() })
+    } else {
+        Json::Array(a.iter().map(|v| value_to_json(&v, full)).collect())
+    }
+}
+
+fn tensor_json(t: &TensorInfo) -> Json {
+    json!({
+        "name": t.name,
+        "type": t.ggml_type.name(),
+        "shape": t.shape,
+        "offset": t.offset,
+        "n_bytes": t.n_bytes,
+    })
+}
+
+fn to_json<D: AsRef<[u8]>>(gguf: &Gguf<D>, full: bool) -> Json {
+    let mut metadata = Map::new();
+    for (key, value) in gguf.metadata() {
+        metadata.insert(key.to_string(), value_to_json(&value, full));
+    }
+    json!({
+        "version": gguf.version(),
+        "alignment": gguf.alignment(),
+        "metadata": metadata,
+        "tensors": gguf.tensors().iter().map(tensor_json).collect::<Vec<_>>(),
+    })
+}
+
+fn value_to_text(value: &Value<'_>, full: bool) -> String {
+    match value {
+        Value::String(s) => format!("{:?}", lossy(s)),
+        Value::Array(a) => {
+            let shown = if full {
+                a.len()
+            } else {
+                a.len().min(TEXT_PREVIEW_ITEMS)
+            };
+            let items: Vec<String> = a
+                .iter()
+                .take(shown)
+                .map(|v| value_to_text(&v, full))
+                .collect();
+            let more = if shown < a.len() { ", ..." } else { "" };
+            format!(
+                "[{}; {}] [{}{more}]",
+                a.elem_type(),
+                a.len(),
+                items.join(", ")
+            )
+        }
+        Value::F32(v) => format!("{v}"),
+        Value::F64(v) => format!("{v}"),
+        other => other
+            .as_integer()
+            .map(|i| i.to_string())
+            .unwrap_or_else(|| format!("{other:?}")),
+    }
+}
+
+fn to_text<D: AsRef<[u8]>>(gguf: &Gguf<D>, path: &str, tensors: bool, full: bool) -> String {
+    let mut out = String::new();
+    let n_bytes = gguf.as_bytes().len();
+    let _ = writeln!(out, "{path}: GGUF v{}, {n_bytes} bytes", gguf.version());
+    let _ = writeln!(
+        out,
+        "alignment {}, data section at byte {}",
+        gguf.alignment(),
+        gguf.data_offset()
+    );
+    let _ = writeln!(out, "\n{} metadata keys:", gguf.metadata_len());
+    let width = gguf.metadata().map(|(k, _)| k.len()).max().unwrap_or(0);
+    for (key, value) in gguf.metadata() {
+        let _ = writeln!(
+            out,
+            "  {key:<width$}  {:<6}  {}",
+            value.value_type(),
+            value_to_text(&value, full)
+        );
+    }
+
+    let mut by_type: BTreeMap<&str, (usize, u64)> = BTreeMap::new();
+    for t in gguf.tensors() {
+        let entry = by_type.entry(t.ggml_type.name()).or_default();
+        entry.0 += 1;
+        entry.1 += t.n_bytes;
+    }
+    let total: u64 = gguf.tensors().iter().map(|t| t.n_bytes).sum();
+    let params: u64 = gguf.tensors().iter().map(|t| t.n_elements()).sum();
+    let _ = writeln!(
+        out,
+        "\n{} tensors, {params} parameters, {total} bytes of tensor data:",
+        gguf.tensors().len()
+    );
+    for (name, (count, bytes)) in &by_type {
+        let _ = writeln!(out, "  {name:<8} {count:>5} tensors  {bytes:>14} bytes");
+    }
+    if tensors {
+        let width = gguf
+            .tensors()
+            .iter()
+            .map(|t| t.name.len())
+            .max()
+            .unwrap_or(4);
+        let _ = writeln!(
+            out,
+            "\n  {:>5}  {:<width$}  {:<7}  {:<24}  {:>12}  {:>12}",
+            "#", "name", "type", "shape", "bytes", "offset"
+        );
+        for (i, t) in gguf.tensors().iter().enumerate() {
+            let shape = t
+                .shape
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(" x ");
+            let _ = writeln!(
+                out,
+                "  {i:>5}  {:<width$}  {:<7}  {shape:<24}  {:>12}  {:>12}",
+                t.name,
+                t.ggml_type.name(),
+                t.n_bytes,
+                t.offset
+            );
+        }
+    }
+    out
+}

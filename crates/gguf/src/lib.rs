@@ -1,0 +1,39 @@
+//! GGUF, the model file format of llama.cpp: a zero-copy reader and a streaming writer.
+//!
+//! [`Gguf::open`] maps a file read-only and parses its header; tensor data is
+//! handed out as slices of the map, never copied. The parser checks every
+//! count, length and offset against the bytes that remain, so a hostile file
+//! yields an [`Error`], never a panic or an oversized allocation.
+//!
+//! [`GgufBuilder`] writes files in the layout llama.cpp writes them, so a file
+//! read and written back is byte-for-byte the original.
+#![deny(unsafe_code)]
+
+mod error;
+mod mmap;
+mod read;
+mod types;
+mod value;
+mod write;
+
+pub use error::{Error, Result};
+pub use read::{DEFAULT_ALIGNMENT, Gguf, MAX_ARRAY_DEPTH, MAX_DIMS, TensorInfo};
+pub use types::GgmlType;
+pub use value::{ArrayIter, ArrayView, OwnedValue, Value, ValueType};
+pub use write::{GgufBuilder, TensorSpec, TensorWriter};
+
+impl<D: AsRef<[u8]>> Gguf<D> {
+    /// A builder holding this file's metadata and tensor layout, so it can be
+    /// written back (possibly modified) with [`GgufBuilder::write_header`].
+    pub fn to_builder(&self) -> Result<GgufBuilder> {
+        let mut b = GgufBuilder::new();
+        b.set_version(self.version())?;
+        for (key, value) in self.metadata() {
+            b.set(key, value.to_owned_value())?;
+        }
+        for t in self.tensors() {
+            b.add_tensor(t.name.clone(), t.ggml_type, &t.shape)?;
+        }
+        Ok(b)
+    }
+}

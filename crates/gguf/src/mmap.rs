@@ -1,0 +1,17 @@
+//! The crate's one `unsafe` operation: mapping a model file read-only.
+#![allow(unsafe_code)]
+
+use std::fs::File;
+use std::io;
+use std::path::Path;
+
+/// Maps a file read-only.
+pub(crate) fn map_read_only(path: &Path) -> io::Result<memmap2::Mmap> {
+    let file = File::open(path)?;
+    // SAFETY: the map is read-only and private to this process. Rust's
+    // aliasing rules would be broken only if another process truncated or
+    // rewrote the file while it is mapped; model files are treated as
+    // immutable while in use, as every mmap-based model loader does. All
+    // reads from the map go through the bounds-checked parser.
+    unsafe { memmap2::Mmap::map(&file) }
+}

@@ -1,0 +1,2 @@
+//! Tokenizers, forward passes and sampling.
+#![forbid(unsafe_code)]
