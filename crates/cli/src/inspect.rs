@@ -60,8 +60,9 @@ fn value_to_json(value: &Value<'_>, full: bool) -> Json {
         Value::I32(v) => json!(v),
         Value::U64(v) => json!(v),
         Value::I64(v) => json!(v),
-        // JSON has no NaN or infinity: those become null.
-        Value::F32(v) => json!(v),
+        // Shortest f32 text re-read as f64, so 1e-5f32 prints as 1e-05 rather
+        // than 9.999999747378752e-6. JSON has no NaN or infinity: those become null.
+        Value::F32(v) => json!(v.to_string().parse::<f64>().ok()),
         Value::F64(v) => json!(v),
         Value::Bool(v) => json!(v),
         Value::String(s) => json!(lossy(s)),
@@ -124,6 +125,7 @@ fn value_to_text(value: &Value<'_>, full: bool) -> String {
         }
         Value::F32(v) => format!("{v}"),
         Value::F64(v) => format!("{v}"),
+        Value::Bool(v) => format!("{v}"),
         other => other
             .as_integer()
             .map(|i| i.to_string())
