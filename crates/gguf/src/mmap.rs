@@ -1,12 +1,14 @@
-//! The crate's one `unsafe` operation: mapping a model file read-only.
+//! The workspace's one memory-map call: mapping a model file read-only.
+//! Other crates (the safetensors reader of the converter) map files through it
+//! too, so `unsafe` for mmap exists in exactly one place.
 #![allow(unsafe_code)]
 
 use std::fs::File;
 use std::io;
 use std::path::Path;
 
-/// Maps a file read-only.
-pub(crate) fn map_read_only(path: &Path) -> io::Result<memmap2::Mmap> {
+/// Maps a whole file read-only.
+pub fn map_read_only(path: &Path) -> io::Result<memmap2::Mmap> {
     let file = File::open(path)?;
     // SAFETY: the map is read-only and private to this process. Rust's
     // aliasing rules would be broken only if another process truncated or
