@@ -360,7 +360,8 @@ fn verify_present(dir: &Path, model: &Model) -> Result<Vec<String>> {
         );
         if !stamp.trusts(file, &meta) {
             let actual = hash_file(&path, file.path)?;
-            check_hash(&path, file.sha256, &actual)?;
+            check_hash(&path, file.sha256, &actual)
+                .with_context(|| format!("{} is corrupt; delete it and run again", file.path))?;
         }
         hashes.push(file.sha256.to_owned());
     }
