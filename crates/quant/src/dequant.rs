@@ -4,6 +4,9 @@
 //! then `- m`) so the results match llama.cpp and gguf-py bit for bit. The
 //! output slice must hold exactly `blocks.len() * BLOCK_SIZE` values.
 
+// Index loops mirror ggml's C line for line, which keeps the port auditable.
+#![allow(clippy::needless_range_loop)]
+
 use crate::blocks::*;
 use half::{bf16, f16};
 

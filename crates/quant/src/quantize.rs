@@ -12,6 +12,9 @@
 //! `quantize_row_*_ref` when `quant_weights == NULL`; `quantize_q8_0` always
 //! does), so one function per type serves both.
 
+// Index loops mirror ggml's C line for line, which keeps the port auditable.
+#![allow(clippy::needless_range_loop)]
+
 use crate::blocks::*;
 use crate::dequant::{get_scale_min_k4, q3k_scales};
 use half::{bf16, f16};
