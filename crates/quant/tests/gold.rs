@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Aligned, gold, model, unhex, unhex_f32};
+use common::{Aligned, gold, gold_file, model, unhex, unhex_f32};
 use lamina_gguf::Gguf;
 use lamina_quant::{GgmlType, dequantize_row, dequantize_tensor, quantize_row};
 use std::collections::BTreeSet;
@@ -55,13 +55,16 @@ fn dequantization_matches_gguf_py_bit_for_bit() {
     assert!(values > 10_000, "only {values} gold values");
 }
 
-#[test]
-fn quantization_matches_gguf_py_byte_for_byte() {
-    let gold = gold();
+/// Quantizes every case's input and compares bytes; returns the types seen.
+fn check_quant_cases(gold: &serde_json::Value, reference: &str) -> BTreeSet<&'static str> {
     let mut types = BTreeSet::new();
     for case in gold["quant"].as_array().unwrap() {
         let t = ty(case["type"].as_str().unwrap());
-        let input = unhex_f32(gold["inputs"][case["input"].as_str().unwrap()].as_str().unwrap());
+        let input = unhex_f32(
+            gold["inputs"][case["input"].as_str().unwrap()]
+                .as_str()
+                .unwrap(),
+        );
         let want = unhex(case["bytes"].as_str().unwrap());
         let mut got = Aligned::zeroed(t.row_bytes(input.len() as u64).unwrap() as usize);
         quantize_row(t, &input, got.bytes_mut()).unwrap();
@@ -69,7 +72,7 @@ fn quantization_matches_gguf_py_byte_for_byte() {
         if let Some(i) = got.bytes().iter().zip(&want).position(|(a, b)| a != b) {
             let block = i / t.type_size();
             panic!(
-                "{t} on input {}: byte {i} (block {block}) differs: ours {:02x?}, gguf-py {:02x?}",
+                "{t} on input {}: byte {i} (block {block}) differs: ours {:02x?}, {reference} {:02x?}",
                 case["input"],
                 &got.bytes()[block * t.type_size()..(block + 1) * t.type_size()],
                 &want[block * t.type_size()..(block + 1) * t.type_size()],
@@ -77,9 +80,31 @@ fn quantization_matches_gguf_py_byte_for_byte() {
         }
         types.insert(t.name());
     }
+    types
+}
+
+#[test]
+fn quantization_matches_gguf_py_byte_for_byte() {
+    let types = check_quant_cases(&gold(), "gguf-py");
     let expected: BTreeSet<_> = ["F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"]
         .into_iter()
         .collect();
+    assert_eq!(types, expected);
+}
+
+/// ggml's C `quantize_row_*_ref`, compiled without FMA contraction as
+/// ggml-base is (see testdata/quant/README.md), for every block type.
+#[test]
+fn quantization_matches_ggml_c_reference_byte_for_byte() {
+    let gold = gold_file("gold_ref_c.json");
+    assert_eq!(gold["inputs"].as_object().unwrap().len(), 4);
+    let types = check_quant_cases(&gold, "ggml C");
+    let expected: BTreeSet<_> = [
+        "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+        "Q8_K",
+    ]
+    .into_iter()
+    .collect();
     assert_eq!(types, expected);
 }
 
@@ -106,7 +131,11 @@ fn gold_blocks_come_from_the_models() {
         let all = dequantize_tensor(info, data).unwrap();
         let want = unhex_f32(case["f32"].as_str().unwrap());
         let first = start / t.type_size() * t.block_size();
-        assert_eq!(first_mismatch(&all[first..first + want.len()], &want), None, "{name}");
+        assert_eq!(
+            first_mismatch(&all[first..first + want.len()], &want),
+            None,
+            "{name}"
+        );
         checked += 1;
     }
     assert!(checked >= 10, "only {checked} model cases");

@@ -77,7 +77,14 @@ impl Aligned {
 
 /// Loads `testdata/quant/gold.json`.
 pub fn gold() -> serde_json::Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/quant/gold.json");
+    gold_file("gold.json")
+}
+
+/// Loads a JSON file from `testdata/quant/`.
+pub fn gold_file(name: &str) -> serde_json::Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/quant")
+        .join(name);
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{}: {e} (regenerate with make_gold.py)", path.display()));
     serde_json::from_str(&text).expect("gold.json is not valid JSON")
