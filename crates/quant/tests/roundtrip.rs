@@ -176,9 +176,11 @@ bound_tests! {
 }
 
 /// Tiny and huge magnitudes: the output stays finite, zero blocks stay zero,
-/// and the error never exceeds the block absmax plus 1e-5 (for tiny rows the
+/// and the error never exceeds the block absmax plus 1e-4 (for tiny rows the
 /// f16 scales and mins underflow to zero or subnormals, as in llama.cpp, so
-/// only an absolute bound holds).
+/// only an absolute bound holds: half a subnormal f16 step, 2^-25 ~ 3e-8, times
+/// the largest scale-times-level product of Q5_K, 63 * 31, is ~6e-5). Huge rows
+/// stay below 65504, beyond which Q4_1/Q5_1's f16 minimum overflows, as in ggml.
 fn check_extreme<B: QuantBlock>(x: &[f32]) -> Result<(), TestCaseError> {
     let (_, y) = round_trip::<B>(x);
     for (i, (max, _, a)) in block_errors(x, &y, B::BLOCK_SIZE).into_iter().enumerate() {
@@ -192,7 +194,7 @@ fn check_extreme<B: QuantBlock>(x: &[f32]) -> Result<(), TestCaseError> {
             prop_assert!(yb.iter().all(|&v| v == 0.0));
         } else {
             prop_assert!(
-                max * a <= a * 1.001 + 1e-5,
+                max * a <= a * 1.001 + 1e-4,
                 "{} block {i}: error {max} * absmax {a}",
                 B::TYPE
             );
@@ -204,7 +206,7 @@ fn check_extreme<B: QuantBlock>(x: &[f32]) -> Result<(), TestCaseError> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
     #[test]
-    fn extreme_magnitudes_stay_finite(p in parts(16), e in prop_oneof![-12.0f32..-2.0, 4.0f32..4.6]) {
+    fn extreme_magnitudes_stay_finite(p in parts(16), e in prop_oneof![-12.0f32..-2.0, 4.0f32..4.2]) {
         let scale = 10f32.powf(e);
         let x: Vec<f32> = p.iter().flat_map(|&(s, sh)| make_row(32, s, sh, scale)).collect();
         check_extreme::<BlockQ4_0>(&x)?;
