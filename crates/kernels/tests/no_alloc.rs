@@ -49,16 +49,18 @@ fn matmul_does_not_allocate_once_scratch_is_sized() {
         };
         for pool in [&Serial as &dyn ThreadPool, &Rayon] {
             for t in [1, tokens] {
-                // Warm-up: rayon starts its threads on first use.
-                matmul(
-                    &wm,
-                    &x[..t * cols],
-                    t,
-                    &mut y[..t * rows],
-                    &mut scratch,
-                    pool,
-                )
-                .unwrap();
+                // Warm-up: rayon starts its threads and their queues on first use.
+                for _ in 0..8 {
+                    matmul(
+                        &wm,
+                        &x[..t * cols],
+                        t,
+                        &mut y[..t * rows],
+                        &mut scratch,
+                        pool,
+                    )
+                    .unwrap();
+                }
                 let before = ALLOCS.load(Ordering::SeqCst);
                 for _ in 0..3 {
                     matmul(

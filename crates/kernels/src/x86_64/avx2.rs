@@ -27,9 +27,15 @@ unsafe fn rd_u16(p: *const u8) -> u16 {
     unsafe { p.cast::<u16>().read_unaligned() }
 }
 
-/// f16 bits → f32 with F16C (exact).
+/// f16 bits → f32 with F16C (exact). Miri does not implement F16C, so under
+/// Miri (which runs these kernels only from the AVX-512 tests) the same exact
+/// conversion is done in software.
 #[inline(always)]
 unsafe fn fp16(p: *const u8) -> f32 {
+    if cfg!(miri) {
+        // SAFETY: `p` has two readable bytes.
+        return f16::from_bits(unsafe { rd_u16(p) }).to_f32_const();
+    }
     // SAFETY: F16C is enabled in every kernel calling this; `p` has two readable bytes.
     unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(rd_u16(p) as i32))) }
 }
