@@ -18,6 +18,17 @@ use half::{bf16, f16};
 use lamina_quant::blocks::*;
 use lamina_quant::quantize as qref;
 
+/// f16 → f32 (exact). Under Miri, `half`'s F16C path (enabled statically by
+/// `+avx512f`) is not interpretable, so the same conversion runs in software.
+#[inline(always)]
+pub(crate) fn f16f(x: f16) -> f32 {
+    if cfg!(miri) {
+        x.to_f32_const()
+    } else {
+        x.to_f32()
+    }
+}
+
 /// Checks a row of `n` values of type `ty` and returns its block count.
 ///
 /// # Panics
@@ -141,7 +152,7 @@ fn nibbles(qs: &[u8; 16]) -> [u8; QK] {
 impl LegacyBlock for BlockQ4_0 {
     const TYPE: GgmlType = GgmlType::Q4_0;
     fn unpack(&self) -> ([i8; QK], f32, f32) {
-        (nibbles(&self.qs).map(|v| v as i8 - 8), self.d.to_f32(), 0.0)
+        (nibbles(&self.qs).map(|v| v as i8 - 8), f16f(self.d), 0.0)
     }
 }
 impl LegacyBlock for BlockQ4_1 {
@@ -149,8 +160,8 @@ impl LegacyBlock for BlockQ4_1 {
     fn unpack(&self) -> ([i8; QK], f32, f32) {
         (
             nibbles(&self.qs).map(|v| v as i8),
-            self.d.to_f32(),
-            self.m.to_f32(),
+            f16f(self.d),
+            f16f(self.m),
         )
     }
 }
@@ -158,20 +169,20 @@ impl LegacyBlock for BlockQ5_0 {
     const TYPE: GgmlType = GgmlType::Q5_0;
     fn unpack(&self) -> ([i8; QK], f32, f32) {
         let q = q5_values(&self.qs, self.qh).map(|v| v as i8 - 16);
-        (q, self.d.to_f32(), 0.0)
+        (q, f16f(self.d), 0.0)
     }
 }
 impl LegacyBlock for BlockQ5_1 {
     const TYPE: GgmlType = GgmlType::Q5_1;
     fn unpack(&self) -> ([i8; QK], f32, f32) {
         let q = q5_values(&self.qs, self.qh).map(|v| v as i8);
-        (q, self.d.to_f32(), self.m.to_f32())
+        (q, f16f(self.d), f16f(self.m))
     }
 }
 impl LegacyBlock for BlockQ8_0 {
     const TYPE: GgmlType = GgmlType::Q8_0;
     fn unpack(&self) -> ([i8; QK], f32, f32) {
-        (self.qs, self.d.to_f32(), 0.0)
+        (self.qs, f16f(self.d), 0.0)
     }
 }
 
@@ -188,7 +199,7 @@ fn legacy_q8_0<B: LegacyBlock>(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut sum = 0.0f32;
     for (x, y) in blocks::<B>(w).zip(blocks::<BlockQ8_0>(a)) {
         let (q, d, _) = x.unpack();
-        sum += dot_i8(&q, &y.qs) as f32 * d * y.d.to_f32();
+        sum += dot_i8(&q, &y.qs) as f32 * d * f16f(y.d);
     }
     sum
 }
@@ -200,7 +211,7 @@ fn legacy_q8_1<B: LegacyBlock>(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut sum = 0.0f32;
     for (x, y) in blocks::<B>(w).zip(blocks::<BlockQ8_1>(a)) {
         let (q, d, m) = x.unpack();
-        sum += (d * y.d.to_f32()) * dot_i8(&q, &y.qs) as f32 + m * y.s.to_f32();
+        sum += (d * f16f(y.d)) * dot_i8(&q, &y.qs) as f32 + m * f16f(y.s);
     }
     sum
 }
@@ -217,7 +228,7 @@ fn legacy_q8_0_x4<B: LegacyBlock>(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4]
         let (q, d, _) = x.unpack();
         for (s, col) in sum.iter_mut().zip(a) {
             let y: BlockQ8_0 = bytemuck::pod_read_unaligned(&col[i * sz..(i + 1) * sz]);
-            *s += dot_i8(&q, &y.qs) as f32 * d * y.d.to_f32();
+            *s += dot_i8(&q, &y.qs) as f32 * d * f16f(y.d);
         }
     }
     sum
@@ -328,8 +339,8 @@ impl KBlock for BlockQ2K {
             q,
             scales: self.scales.map(|s| (s & 0xF) as i32),
             mins: self.scales.map(|s| (s >> 4) as i32),
-            d: self.d.to_f32(),
-            dmin: self.dmin.to_f32(),
+            d: f16f(self.d),
+            dmin: f16f(self.dmin),
         }
     }
 }
@@ -362,7 +373,7 @@ impl KBlock for BlockQ3K {
             q,
             scales,
             mins: [0; 16],
-            d: self.d.to_f32(),
+            d: f16f(self.d),
             dmin: 0.0,
         }
     }
@@ -383,8 +394,8 @@ impl KBlock for BlockQ4K {
             q,
             scales,
             mins,
-            d: self.d.to_f32(),
-            dmin: self.dmin.to_f32(),
+            d: f16f(self.d),
+            dmin: f16f(self.dmin),
         }
     }
 }
@@ -405,8 +416,8 @@ impl KBlock for BlockQ5K {
             q,
             scales,
             mins,
-            d: self.d.to_f32(),
-            dmin: self.dmin.to_f32(),
+            d: f16f(self.d),
+            dmin: f16f(self.dmin),
         }
     }
 }
@@ -430,7 +441,7 @@ impl KBlock for BlockQ6K {
             q,
             scales: self.scales.map(|s| s as i32),
             mins: [0; 16],
-            d: self.d.to_f32(),
+            d: f16f(self.d),
             dmin: 0.0,
         }
     }

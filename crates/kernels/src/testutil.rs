@@ -63,7 +63,7 @@ fn scale(rng: &mut Rng, style: u64) -> f16 {
         (3, _) | (_, 2) => 60000.0 * rng.unit(),
         _ => rng.unit() * 0.1,
     };
-    f16::from_f32(v)
+    f16::from_f32_const(v)
 }
 
 /// Random f32 activations: gaussian-ish, with outliers, all zero, or saturating.
@@ -129,7 +129,7 @@ pub fn magnitude(ty: GgmlType, w: &[u8], a: &[u8]) -> f64 {
         let mut m = 0.0f64;
         for (x, y) in blocks::<B>(w).iter().zip(a.chunks_exact(act_size)) {
             let (q, d, mm) = x.unpack();
-            let dy = f16::from_le_bytes([y[0], y[1]]).to_f32() as f64;
+            let dy = f16::from_le_bytes([y[0], y[1]]).to_f32_const() as f64;
             let qs = &y[act_size - 32..];
             for (&qw, &qa) in q.iter().zip(qs) {
                 let qa = qa as i8 as f64;
@@ -275,4 +275,42 @@ macro_rules! isa_proptests {
             });
         }
     )*};
+}
+
+/// Dot products only, on activation blocks built directly from random bytes
+/// (no quantizer, no hardware f16 conversion: both are beyond Miri).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub fn check_dot_only(k: &TypeKernels, seed: u64, nblocks: usize, style: u64) {
+    let r = &SCALAR.iter().find(|s| s.weight == k.weight).unwrap();
+    let ty = k.weight;
+    let mut rng = Rng(seed);
+    let n = nblocks * ty.block_size();
+    let w = weight_row(&mut rng, ty, n, style % 5);
+    let mut a = vec![0u8; k.activation_row_bytes(n)];
+    let asz = k.activation.type_size();
+    for b in a.chunks_exact_mut(asz) {
+        for q in b.iter_mut() {
+            *q = (rng.below(255) as i32 - 127) as i8 as u8;
+        }
+        if k.activation == GgmlType::Q8_K {
+            b[..4].copy_from_slice(&(rng.unit() * 0.01).to_le_bytes());
+            for g in 0..16 {
+                let s: i32 = b[4 + 16 * g..20 + 16 * g]
+                    .iter()
+                    .map(|&v| v as i8 as i32)
+                    .sum();
+                b[260 + 2 * g..262 + 2 * g].copy_from_slice(&(s as i16).to_le_bytes());
+            }
+        } else {
+            b[..2].copy_from_slice(&f16::from_f32_const(rng.unit() * 0.01).to_le_bytes());
+        }
+    }
+    let want = (r.vec_dot)(n, &w, &a);
+    let got = (k.vec_dot)(n, &w, &a);
+    let tol = tolerance(ty, n, &w, &a);
+    assert!(
+        ((got - want) as f64).abs() <= tol,
+        "{} {ty}: {got} vs scalar {want} (tol {tol:e}, seed {seed})",
+        k.isa
+    );
 }

@@ -194,7 +194,7 @@ unsafe fn q45_k<const DOT: bool, const HIGH: bool>(nb: usize, w: *const u8, a: *
             }
             let dy = f32_at(y);
             acc = vfmaq_f32(acc, vcvtq_f32_s32(isum), vdupq_n_f32(dy * fp16(x)));
-            let bs = &*y.add(260).cast::<[i16; 16]>();
+            let bs = &y.add(260).cast::<[i16; 16]>().read_unaligned();
             let msum: i32 = (0..8)
                 .map(|j| mins[j] as i32 * (bs[2 * j] as i32 + bs[2 * j + 1] as i32))
                 .sum();
@@ -215,7 +215,7 @@ unsafe fn q6_k<const DOT: bool>(nb: usize, w: *const u8, a: *const u8) -> f32 {
         for i in 0..nb {
             let (x, y) = (w.add(i * 210), a.add(i * 292));
             let sc = &*x.add(192).cast::<[i8; 16]>();
-            let bs = &*y.add(260).cast::<[i16; 16]>();
+            let bs = &y.add(260).cast::<[i16; 16]>().read_unaligned();
             let off: i32 = sc.iter().zip(bs).map(|(&s, &b)| s as i32 * b as i32).sum();
             let mut isum = vdupq_n_s32(0);
             for half in 0..2 {

@@ -110,7 +110,7 @@ unsafe fn k_q4_k(nb: usize, w: *const u8, a: *const u8) -> f32 {
             }
             let dy = f32_at(y);
             acc = _mm512_fmadd_ps(_mm512_set1_ps(dy * fp16(x)), _mm512_cvtepi32_ps(sumi), acc);
-            let bsums = &*y.add(260).cast::<[i16; 16]>();
+            let bsums = &y.add(260).cast::<[i16; 16]>().read_unaligned();
             let msum: i32 = (0..8)
                 .map(|j| mins[j] as i32 * (bsums[2 * j] as i32 + bsums[2 * j + 1] as i32))
                 .sum();
@@ -132,7 +132,7 @@ unsafe fn k_q6_k(nb: usize, w: *const u8, a: *const u8) -> f32 {
         for i in 0..nb {
             let (x, y) = (w.add(210 * i), a.add(292 * i));
             let sc = &*x.add(192).cast::<[i8; 16]>();
-            let bsums = &*y.add(260).cast::<[i16; 16]>();
+            let bsums = &y.add(260).cast::<[i16; 16]>().read_unaligned();
             let off: i32 = sc
                 .iter()
                 .zip(bsums)
