@@ -1,0 +1,151 @@
+//! Dot products and matmul for the model shapes, with the machine's limits.
+//!
+//! Prints, besides criterion's times: GB/s of weights streamed and GOP/s
+//! (2 ops per multiply-add), each as a percentage of this machine's limit
+//! measured by two probes: memory bandwidth (STREAM-like sum over a buffer
+//! far larger than L3) and the int8 multiply-add peak (a register-only loop
+//! of the selected ISA's dot kernel on L1-resident data).
+//! Timings on a shared machine are noisy; re-measure on a quiet one.
+
+use criterion::{Criterion, black_box, criterion_group, criterion_main};
+use lamina_kernels::matmul::{Scratch, Weights, matmul};
+use lamina_kernels::pool::Rayon;
+use lamina_kernels::{GgmlType, Isa, kernels};
+use std::time::Instant;
+
+fn weights(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+    let k = kernels(ty).unwrap();
+    let x: Vec<f32> = (0..cols)
+        .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+        .collect();
+    let mut row = vec![0u8; k.weight_row_bytes(cols)];
+    lamina_quant::quantize_row(ty, &x, &mut row).unwrap();
+    row.repeat(rows)
+}
+
+/// GB/s of a read-only sum over 512 MiB.
+fn probe_bandwidth() -> f64 {
+    let buf = vec![1u64; 64 << 20];
+    let t = Instant::now();
+    let mut s = 0u64;
+    for _ in 0..2 {
+        s = s.wrapping_add(buf.iter().fold(0u64, |a, &b| a.wrapping_add(b)));
+    }
+    black_box(s);
+    2.0 * (buf.len() * 8) as f64 / t.elapsed().as_secs_f64() / 1e9
+}
+
+/// GOP/s of the Q8_0 dot kernel on L1-resident rows, all threads: the int8 peak proxy.
+fn probe_int8_peak() -> f64 {
+    let k = kernels(GgmlType::Q8_0).unwrap();
+    let n = 1024;
+    let w = weights(GgmlType::Q8_0, 1, n);
+    let mut a = vec![0u8; k.activation_row_bytes(n)];
+    (k.quantize_activation)(&vec![0.5; n], &mut a);
+    let iters = 200_000;
+    let threads = rayon::current_num_threads();
+    let t = Instant::now();
+    rayon::broadcast(|_| {
+        let mut s = 0.0;
+        for _ in 0..iters {
+            s += (k.vec_dot)(n, black_box(&w), black_box(&a));
+        }
+        black_box(s);
+    });
+    (threads * iters * n * 2) as f64 / t.elapsed().as_secs_f64() / 1e9
+}
+
+fn bench(c: &mut Criterion) {
+    let bw = probe_bandwidth();
+    let peak = probe_int8_peak();
+    eprintln!(
+        "ISA {} | memory bandwidth {bw:.1} GB/s | int8 dot peak {peak:.1} GOP/s",
+        Isa::selected().unwrap()
+    );
+    let shapes = [
+        (768, 768),
+        (3072, 768),
+        (768, 3072),
+        (2048, 640),
+        (1536, 576),
+        (262_144, 640),
+    ];
+    let mut g = c.benchmark_group("matmul");
+    g.sample_size(10)
+        .warm_up_time(std::time::Duration::from_millis(300));
+    g.measurement_time(std::time::Duration::from_secs(1));
+    for ty in [
+        GgmlType::Q8_0,
+        GgmlType::Q4_0,
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+    ] {
+        let k = kernels(ty).unwrap();
+        for &(rows, cols) in &shapes {
+            let w = weights(ty, rows, cols);
+            let wm = Weights {
+                kernels: k,
+                data: &w,
+                rows,
+                cols,
+            };
+            for tokens in [1usize, 12, 59, 512] {
+                if rows * tokens > 4 << 20 {
+                    continue; // the 262144-row projection only for small batches
+                }
+                let x: Vec<f32> = (0..tokens * cols)
+                    .map(|i| (i % 13) as f32 * 0.1 - 0.6)
+                    .collect();
+                let mut y = vec![0f32; tokens * rows];
+                let mut s = Scratch::with_capacity(k, cols, tokens);
+                let t = Instant::now();
+                let reps = 3;
+                for _ in 0..reps {
+                    matmul(&wm, &x, tokens, &mut y, &mut s, &Rayon).unwrap();
+                }
+                let dt = t.elapsed().as_secs_f64() / reps as f64;
+                let gbs = w.len() as f64 / dt / 1e9;
+                let gops = 2.0 * (rows * cols * tokens) as f64 / dt / 1e9;
+                eprintln!(
+                    "{ty:5} {rows:>6}x{cols:<5} T={tokens:<4} {:9.3} ms  {gbs:6.1} GB/s ({:5.1}% of bw)  {gops:7.1} GOP/s ({:5.1}% of int8 peak)",
+                    dt * 1e3,
+                    100.0 * gbs / bw,
+                    100.0 * gops / peak
+                );
+                if rows <= 3072 && (tokens == 1 || tokens == 59) {
+                    g.bench_function(format!("{ty}/{rows}x{cols}/T{tokens}"), |b| {
+                        b.iter(|| {
+                            matmul(&wm, black_box(&x), tokens, &mut y, &mut s, &Rayon).unwrap()
+                        })
+                    });
+                }
+            }
+        }
+    }
+    g.finish();
+    let mut g = c.benchmark_group("vec_dot");
+    for ty in [
+        GgmlType::Q8_0,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+        GgmlType::F16,
+        GgmlType::F32,
+    ] {
+        let k = kernels(ty).unwrap();
+        let n = 3072;
+        let w = weights(ty, 1, n);
+        let mut a = vec![0u8; k.activation_row_bytes(n)];
+        (k.quantize_activation)(&vec![0.25; n], &mut a);
+        g.bench_function(format!("{ty}/{n}"), |b| {
+            b.iter(|| (k.vec_dot)(n, black_box(&w), black_box(&a)))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,86 @@
+//! aarch64 kernels and their tables: [`NEON`] for any Advanced SIMD CPU,
+//! [`DOTPROD`] for those with `sdot` (the same kernel bodies, instantiated
+//! with the dot-product instruction instead of widening multiplies).
+
+pub(crate) mod neon;
+
+use crate::GgmlType as T;
+use crate::isa::Isa;
+use crate::table::{QuantizeFn, TypeKernels, VecDotFn, scalar};
+
+const fn with(
+    base: TypeKernels,
+    isa: Isa,
+    q: Option<QuantizeFn>,
+    dot: Option<VecDotFn>,
+) -> TypeKernels {
+    let mut k = base;
+    k.isa = isa;
+    if let Some(q) = q {
+        k.quantize_activation = q;
+        k.simd.quantize = true;
+    }
+    if let Some(d) = dot {
+        k.vec_dot = d;
+        k.simd.vec_dot = true;
+    }
+    k
+}
+
+macro_rules! table {
+    ($isa:expr, $m:ident) => {
+        [
+            with(scalar(T::F32), $isa, None, Some(neon::vec_dot_f32)),
+            with(scalar(T::F16), $isa, None, Some(neon::vec_dot_f16)),
+            with(scalar(T::BF16), $isa, None, None),
+            with(
+                scalar(T::Q4_0),
+                $isa,
+                Some(neon::quantize_q8_0),
+                Some(neon::$m::vec_dot_q4_0),
+            ),
+            with(
+                scalar(T::Q4_1),
+                $isa,
+                Some(neon::quantize_q8_1),
+                Some(neon::$m::vec_dot_q4_1),
+            ),
+            with(
+                scalar(T::Q5_0),
+                $isa,
+                Some(neon::quantize_q8_0),
+                Some(neon::$m::vec_dot_q5_0),
+            ),
+            with(scalar(T::Q5_1), $isa, Some(neon::quantize_q8_1), None),
+            with(
+                scalar(T::Q8_0),
+                $isa,
+                Some(neon::quantize_q8_0),
+                Some(neon::$m::vec_dot_q8_0),
+            ),
+            with(scalar(T::Q2_K), $isa, Some(neon::quantize_q8_k), None),
+            with(scalar(T::Q3_K), $isa, Some(neon::quantize_q8_k), None),
+            with(
+                scalar(T::Q4_K),
+                $isa,
+                Some(neon::quantize_q8_k),
+                Some(neon::$m::vec_dot_q4_k),
+            ),
+            with(
+                scalar(T::Q5_K),
+                $isa,
+                Some(neon::quantize_q8_k),
+                Some(neon::$m::vec_dot_q5_k),
+            ),
+            with(
+                scalar(T::Q6_K),
+                $isa,
+                Some(neon::quantize_q8_k),
+                Some(neon::$m::vec_dot_q6_k),
+            ),
+        ]
+    };
+}
+
+pub(crate) static NEON: [TypeKernels; 13] = table!(Isa::Neon, plain);
+pub(crate) static DOTPROD: [TypeKernels; 13] = table!(Isa::NeonDotprod, dotprod);

@@ -1,0 +1,241 @@
+//! `y[t][r] = W[r] · x[t]`: a quantized weight matrix (`rows` rows of `cols`
+//! values, each row whole blocks) times a batch of `T` f32 activation rows.
+//!
+//! All activations are quantized once per call into the caller's
+//! [`Scratch`]; output rows are split into chunks run on a [`ThreadPool`].
+//! For `T ≥ 4` each weight row goes through the 1×4 tile kernel
+//! ([`TypeKernels::vec_dot_x4`]), which unpacks a weight block once for four
+//! token columns; remaining columns (and `T = 1`, the memory-bound decode
+//! case) stream rows through [`TypeKernels::vec_dot`]. Once the scratch is
+//! large enough, a call allocates nothing.
+
+use crate::pool::ThreadPool;
+use crate::{KernelError, TypeKernels};
+
+/// Reusable buffer for the quantized activations of one call.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    buf: Vec<u8>,
+}
+
+impl Scratch {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// A scratch already large enough for `tokens` activation rows of `cols` values.
+    pub fn with_capacity(k: &TypeKernels, cols: usize, tokens: usize) -> Self {
+        let mut s = Self::new();
+        s.reserve(k, cols, tokens);
+        s
+    }
+    /// Grows (never shrinks) the buffer for `tokens` rows of `cols` values.
+    pub fn reserve(&mut self, k: &TypeKernels, cols: usize, tokens: usize) {
+        let need = k.activation_row_bytes(cols) * tokens;
+        if self.buf.len() < need {
+            self.buf.resize(need, 0);
+        }
+    }
+}
+
+/// A shared pointer to the output, written at disjoint rows by the tasks.
+struct Out(*mut f32);
+// SAFETY: tasks write disjoint row ranges of the output (see `matmul`), so sharing the
+// pointer across threads cannot race.
+unsafe impl Sync for Out {}
+
+/// Rows per task: enough tasks to balance the threads, each a few rows at least.
+fn chunk_rows(rows: usize, threads: usize) -> usize {
+    rows.div_ceil(threads.max(1) * 4)
+        .clamp(1, 256)
+        .max(8.min(rows.max(1)))
+}
+
+/// A weight matrix: `rows` rows of `cols` values of type `kernels.weight`.
+#[derive(Clone, Copy, Debug)]
+pub struct Weights<'a> {
+    pub kernels: &'a TypeKernels,
+    pub data: &'a [u8],
+    pub rows: usize,
+    pub cols: usize,
+}
+
+/// Computes `y[t * rows + r] = W[r] · x[t * cols ..]` for `t < tokens`, `r < rows`:
+/// `x` is `tokens × cols` f32, `y` is `tokens × rows`.
+pub fn matmul(
+    wm: &Weights<'_>,
+    x: &[f32],
+    tokens: usize,
+    y: &mut [f32],
+    scratch: &mut Scratch,
+    pool: &dyn ThreadPool,
+) -> Result<(), KernelError> {
+    let Weights {
+        kernels: k,
+        data: w,
+        rows,
+        cols,
+    } = *wm;
+    let bs = k.weight.block_size();
+    let wrow = k.weight_row_bytes(cols);
+    let arow = k.activation_row_bytes(cols);
+    if !cols.is_multiple_of(bs) || !cols.is_multiple_of(k.activation.block_size()) {
+        return Err(KernelError::Shape(format!(
+            "{cols} columns is not a whole number of {} blocks",
+            k.weight
+        )));
+    }
+    if w.len() != rows * wrow || x.len() != tokens * cols || y.len() != tokens * rows {
+        return Err(KernelError::Shape(format!(
+            "{} weights {rows}×{cols} ({} bytes, want {}), x {} values (want {}), y {} values (want {})",
+            k.weight,
+            w.len(),
+            rows * wrow,
+            x.len(),
+            tokens * cols,
+            y.len(),
+            tokens * rows
+        )));
+    }
+    scratch.reserve(k, cols, tokens);
+    let acts = &mut scratch.buf[..arow * tokens];
+    for (xt, at) in x.chunks_exact(cols).zip(acts.chunks_exact_mut(arow)) {
+        (k.quantize_activation)(xt, at);
+    }
+    let acts = &*acts;
+    let chunk = chunk_rows(rows, pool.threads());
+    let n_tasks = rows.div_ceil(chunk);
+    let out = Out(y.as_mut_ptr());
+    let out = &out;
+    pool.run(n_tasks, &|task| {
+        let r0 = task * chunk;
+        let r1 = (r0 + chunk).min(rows);
+        let a = |t: usize| &acts[t * arow..(t + 1) * arow];
+        let store = |t: usize, r: usize, v: f32| {
+            debug_assert!(t < tokens && r < rows);
+            // SAFETY: `t < tokens` and `r0 <= r < r1 <= rows`, so the index is inside `y`
+            // (`tokens * rows` values, checked above); each task owns rows `r0..r1` of every
+            // token, so no two tasks write the same element.
+            unsafe { *out.0.add(t * rows + r) = v }
+        };
+        for r in r0..r1 {
+            let wr = &w[r * wrow..(r + 1) * wrow];
+            let mut t = 0;
+            if let Some(x4) = k.vec_dot_x4 {
+                while t + 4 <= tokens {
+                    let v = x4(cols, wr, [a(t), a(t + 1), a(t + 2), a(t + 3)]);
+                    for (c, v) in v.into_iter().enumerate() {
+                        store(t + c, r, v);
+                    }
+                    t += 4;
+                }
+            }
+            for t in t..tokens {
+                store(t, r, (k.vec_dot)(cols, wr, a(t)));
+            }
+        }
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::{Rayon, Serial};
+    use crate::testutil::{Rng, activations, tolerance, weight_row};
+    use crate::{GgmlType, Isa, kernels_for};
+
+    /// matmul equals the scalar row dot for every (t, r), on every available ISA,
+    /// for batch sizes around the tile width.
+    #[test]
+    fn matmul_matches_row_dots() {
+        let mut rng = Rng(7);
+        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+            for ty in [
+                GgmlType::Q8_0,
+                GgmlType::Q4_0,
+                GgmlType::Q4_K,
+                GgmlType::Q6_K,
+                GgmlType::Q4_1,
+                GgmlType::F16,
+            ] {
+                let k = kernels_for(ty, isa).unwrap();
+                let r = kernels_for(ty, Isa::Scalar).unwrap();
+                let (rows, cols) = (37, 512);
+                let w: Vec<u8> = (0..rows)
+                    .flat_map(|_| weight_row(&mut rng, ty, cols, 0))
+                    .collect();
+                for tokens in [1, 3, 4, 9] {
+                    let x = activations(&mut rng, tokens * cols, 0);
+                    let mut y = vec![f32::NAN; tokens * rows];
+                    let mut s = Scratch::new();
+                    let pool: &dyn ThreadPool = if tokens % 2 == 0 { &Rayon } else { &Serial };
+                    matmul(
+                        &Weights {
+                            kernels: k,
+                            data: &w,
+                            rows,
+                            cols,
+                        },
+                        &x,
+                        tokens,
+                        &mut y,
+                        &mut s,
+                        pool,
+                    )
+                    .unwrap();
+                    let mut a = vec![0u8; r.activation_row_bytes(cols)];
+                    for t in 0..tokens {
+                        (r.quantize_activation)(&x[t * cols..(t + 1) * cols], &mut a);
+                        for row in 0..rows {
+                            let wr = &w[row * k.weight_row_bytes(cols)
+                                ..(row + 1) * k.weight_row_bytes(cols)];
+                            let want = (r.vec_dot)(cols, wr, &a);
+                            let got = y[t * rows + row];
+                            let tol = tolerance(ty, cols, wr, &a);
+                            assert!(
+                                ((got - want) as f64).abs() <= tol,
+                                "{isa} {ty} T={tokens} ({t},{row}): {got} vs {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn shape_errors_are_reported() {
+        let k = kernels_for(GgmlType::Q8_0, Isa::Scalar).unwrap();
+        let mut y = vec![0f32; 2];
+        let e = matmul(
+            &Weights {
+                kernels: k,
+                data: &[0u8; 34],
+                rows: 2,
+                cols: 32,
+            },
+            &[0.0; 32],
+            1,
+            &mut y,
+            &mut Scratch::new(),
+            &Serial,
+        )
+        .unwrap_err();
+        assert!(matches!(e, KernelError::Shape(_)), "{e}");
+        let e = matmul(
+            &Weights {
+                kernels: k,
+                data: &[0u8; 34],
+                rows: 1,
+                cols: 31,
+            },
+            &[0.0; 31],
+            1,
+            &mut y[..1],
+            &mut Scratch::new(),
+            &Serial,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("whole number"), "{e}");
+    }
+}

@@ -1,0 +1,288 @@
+//! Float ops of the forward passes, written so the compiler vectorizes them
+//! (the kernels crate is built at opt-level 3 even in dev). Results follow
+//! ggml's definitions; reductions accumulate in f32 lanes (f64 for RMSNorm,
+//! as ggml's `ggml_float`).
+
+use half::{bf16, f16};
+
+/// `out = x / sqrt(mean(x²) + eps)`.
+pub fn rms_norm(x: &[f32], eps: f32, out: &mut [f32]) {
+    assert_eq!(x.len(), out.len());
+    let ss: f64 = x.iter().map(|&v| v as f64 * v as f64).sum();
+    let scale = 1.0 / ((ss / x.len() as f64) as f32 + eps).sqrt();
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = v * scale;
+    }
+}
+
+/// RMSNorm then multiply by `w` (llama; Gemma GGUFs store `1 + w` already).
+pub fn rms_norm_weighted(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    assert_eq!(w.len(), x.len());
+    rms_norm(x, eps, out);
+    mul_in_place(out, w);
+}
+
+/// Gemma's RMSNorm with an unshifted weight: `x̂ · (1 + w)`.
+pub fn rms_norm_gemma(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    assert_eq!(w.len(), x.len());
+    rms_norm(x, eps, out);
+    for (o, &g) in out.iter_mut().zip(w) {
+        *o *= 1.0 + g;
+    }
+}
+
+/// Numerically stable softmax in place (max subtracted; all `-inf` gives zeros).
+pub fn softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if max == f32::NEG_INFINITY {
+        x.fill(0.0);
+        return;
+    }
+    let mut sum = 0.0f32;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    scale(x, 1.0 / sum);
+}
+
+const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+const GELU_COEF_A: f32 = 0.044_715;
+
+/// GELU, tanh approximation, as ggml computes it:
+/// `0.5·x·(1 + tanh(√(2/π)·x·(1 + 0.044715·x²)))`.
+pub fn gelu(x: &mut [f32]) {
+    for v in x.iter_mut() {
+        let u = *v;
+        *v = 0.5 * u * (1.0 + (SQRT_2_OVER_PI * u * (1.0 + GELU_COEF_A * u * u)).tanh());
+    }
+}
+
+/// SwiGLU's gate: `gate[i] = silu(gate[i]) · up[i]`, `silu(x) = x / (1 + e^-x)`.
+pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len());
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = *g / (1.0 + (-*g).exp()) * u;
+    }
+}
+
+/// GELU-gated: `gate[i] = gelu(gate[i]) · up[i]` (Gemma's GeGLU).
+pub fn gelu_mul(gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len());
+    gelu(gate);
+    mul_in_place(gate, up);
+}
+
+/// How RoPE pairs the dimensions of a head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeLayout {
+    /// Adjacent pairs `(2i, 2i+1)` (llama.cpp `LLAMA_ROPE_TYPE_NORM`).
+    Normal,
+    /// Halves `(i, i + d/2)` (`LLAMA_ROPE_TYPE_NEOX`: Gemma, Qwen, GPT-NeoX).
+    Neox,
+}
+
+/// Rotates every head of `x` (`n_heads × head_dim`) for position `pos`:
+/// pair `i` turns by `pos · base^(-2i/rot_dims)`; dims past `rot_dims` are untouched.
+pub fn rope(
+    x: &mut [f32],
+    head_dim: usize,
+    rot_dims: usize,
+    pos: usize,
+    base: f32,
+    layout: RopeLayout,
+) {
+    assert!(rot_dims <= head_dim && rot_dims.is_multiple_of(2) && x.len().is_multiple_of(head_dim));
+    let half = rot_dims / 2;
+    for head in x.chunks_exact_mut(head_dim) {
+        let mut theta = pos as f32;
+        let step = base.powf(-2.0 / rot_dims as f32);
+        for i in 0..half {
+            let (s, c) = theta.sin_cos();
+            let (a, b) = match layout {
+                RopeLayout::Normal => (2 * i, 2 * i + 1),
+                RopeLayout::Neox => (i, i + half),
+            };
+            let (x0, x1) = (head[a], head[b]);
+            head[a] = x0 * c - x1 * s;
+            head[b] = x0 * s + x1 * c;
+            theta *= step;
+        }
+    }
+}
+
+pub fn add_in_place(x: &mut [f32], y: &[f32]) {
+    assert_eq!(x.len(), y.len());
+    x.iter_mut().zip(y).for_each(|(a, &b)| *a += b);
+}
+pub fn mul_in_place(x: &mut [f32], y: &[f32]) {
+    assert_eq!(x.len(), y.len());
+    x.iter_mut().zip(y).for_each(|(a, &b)| *a *= b);
+}
+pub fn scale(x: &mut [f32], s: f32) {
+    x.iter_mut().for_each(|a| *a *= s);
+}
+
+/// Σ x·y in 8 independent f32 lanes (vectorizable; attention scores).
+pub fn dot(x: &[f32], y: &[f32]) -> f32 {
+    assert_eq!(x.len(), y.len());
+    let mut acc = [0.0f32; 8];
+    let (xc, yc) = (x.chunks_exact(8), y.chunks_exact(8));
+    let tail: f32 = xc
+        .remainder()
+        .iter()
+        .zip(yc.remainder())
+        .map(|(a, b)| a * b)
+        .sum();
+    for (a, b) in xc.zip(yc) {
+        for l in 0..8 {
+            acc[l] += a[l] * b[l];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// `y += a · x` (attention's weighted sum of values).
+pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
+    assert_eq!(x.len(), y.len());
+    y.iter_mut().zip(x).for_each(|(o, &v)| *o += a * v);
+}
+
+pub fn f16_to_f32(src: &[f16], out: &mut [f32]) {
+    assert_eq!(src.len(), out.len());
+    half::slice::HalfFloatSliceExt::convert_to_f32_slice(src, out);
+}
+pub fn f32_to_f16(src: &[f32], out: &mut [f16]) {
+    assert_eq!(src.len(), out.len());
+    half::slice::HalfFloatSliceExt::convert_from_f32_slice(out, src);
+}
+pub fn bf16_to_f32(src: &[bf16], out: &mut [f32]) {
+    assert_eq!(src.len(), out.len());
+    out.iter_mut().zip(src).for_each(|(o, v)| *o = v.to_f32());
+}
+/// f32 → bf16 rounding as ggml does (nearest even, NaN quieted).
+pub fn f32_to_bf16(src: &[f32], out: &mut [bf16]) {
+    assert_eq!(src.len(), out.len());
+    out.iter_mut()
+        .zip(src)
+        .for_each(|(o, &v)| *o = lamina_quant::quantize::fp32_to_bf16(v));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f32, b: f64, tol: f64) -> bool {
+        (a as f64 - b).abs() <= tol * (1.0 + b.abs())
+    }
+
+    #[test]
+    fn rms_norm_matches_definition() {
+        let x: Vec<f32> = (0..67).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
+        let mut out = vec![0f32; x.len()];
+        rms_norm(&x, 1e-6, &mut out);
+        let ms = x.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / x.len() as f64;
+        for (o, &v) in out.iter().zip(&x) {
+            assert!(close(*o, v as f64 / (ms + 1e-6).sqrt(), 1e-6));
+        }
+        let w: Vec<f32> = (0..67).map(|i| i as f32 * 0.01).collect();
+        let mut g = vec![0f32; x.len()];
+        rms_norm_gemma(&x, &w, 1e-6, &mut g);
+        let mut l = vec![0f32; x.len()];
+        rms_norm_weighted(&x, &w, 1e-6, &mut l);
+        for i in 0..x.len() {
+            assert!(close(g[i], out[i] as f64 * (1.0 + w[i] as f64), 1e-6));
+            assert!(close(l[i], out[i] as f64 * w[i] as f64, 1e-6));
+        }
+    }
+
+    #[test]
+    fn softmax_is_stable_and_normalized() {
+        let mut x = vec![1000.0f32, 1001.0, 999.0, f32::NEG_INFINITY];
+        softmax(&mut x);
+        let e: Vec<f64> = [-1.0f64, 0.0, -2.0].iter().map(|v| v.exp()).collect();
+        let s: f64 = e.iter().sum();
+        for i in 0..3 {
+            assert!(close(x[i], e[i] / s, 1e-6));
+        }
+        assert_eq!(x[3], 0.0);
+        let mut z = vec![f32::NEG_INFINITY; 3];
+        softmax(&mut z);
+        assert_eq!(z, [0.0; 3]);
+    }
+
+    #[test]
+    fn activations_match_definitions() {
+        let xs: Vec<f32> = (-40..40).map(|i| i as f32 * 0.25).collect();
+        let mut g = xs.clone();
+        gelu(&mut g);
+        let mut s = xs.clone();
+        silu_mul(&mut s, &vec![2.0; xs.len()]);
+        for (i, &x) in xs.iter().enumerate() {
+            let x64 = x as f64;
+            let want = 0.5
+                * x64
+                * (1.0
+                    + ((2.0 / std::f64::consts::PI).sqrt() * (x64 + 0.044715 * x64.powi(3)))
+                        .tanh());
+            assert!(close(g[i], want, 1e-5), "gelu({x}) = {} vs {want}", g[i]);
+            assert!(close(s[i], 2.0 * x64 / (1.0 + (-x64).exp()), 1e-5));
+        }
+    }
+
+    #[test]
+    fn rope_rotates_pairs_by_position() {
+        let head_dim = 8;
+        let base = 10000.0f32;
+        for layout in [RopeLayout::Normal, RopeLayout::Neox] {
+            let x: Vec<f32> = (0..2 * head_dim).map(|i| i as f32 + 1.0).collect();
+            let mut y = x.clone();
+            rope(&mut y, head_dim, head_dim, 5, base, layout);
+            for h in 0..2 {
+                for i in 0..head_dim / 2 {
+                    let (a, b) = match layout {
+                        RopeLayout::Normal => (2 * i, 2 * i + 1),
+                        RopeLayout::Neox => (i, i + head_dim / 2),
+                    };
+                    let th = 5.0 * (base as f64).powf(-2.0 * i as f64 / head_dim as f64);
+                    let (x0, x1) = (x[h * head_dim + a] as f64, x[h * head_dim + b] as f64);
+                    assert!(
+                        close(y[h * head_dim + a], x0 * th.cos() - x1 * th.sin(), 1e-5),
+                        "{layout:?}"
+                    );
+                    assert!(
+                        close(y[h * head_dim + b], x0 * th.sin() + x1 * th.cos(), 1e-5),
+                        "{layout:?}"
+                    );
+                }
+            }
+            let mut z = x.clone();
+            rope(&mut z, head_dim, head_dim, 0, base, layout);
+            assert_eq!(z, x, "position 0 is the identity");
+        }
+    }
+
+    #[test]
+    fn vector_helpers() {
+        let x: Vec<f32> = (0..37).map(|i| i as f32 * 0.5 - 3.0).collect();
+        let y: Vec<f32> = (0..37).map(|i| 1.0 - i as f32 * 0.25).collect();
+        let want: f64 = x.iter().zip(&y).map(|(&a, &b)| a as f64 * b as f64).sum();
+        assert!(close(dot(&x, &y), want, 1e-6));
+        let mut z = y.clone();
+        axpy(2.0, &x, &mut z);
+        add_in_place(&mut z, &x);
+        scale(&mut z, 0.5);
+        for i in 0..37 {
+            assert!(close(z[i], (y[i] as f64 + 3.0 * x[i] as f64) * 0.5, 1e-6));
+        }
+        let mut h = vec![f16::ZERO; 37];
+        f32_to_f16(&x, &mut h);
+        let mut back = vec![0f32; 37];
+        f16_to_f32(&h, &mut back);
+        assert_eq!(back, x);
+        let mut b = vec![bf16::ZERO; 37];
+        f32_to_bf16(&x, &mut b);
+        bf16_to_f32(&b, &mut back);
+        assert_eq!(back, x);
+    }
+}

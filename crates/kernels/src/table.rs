@@ -1,0 +1,232 @@
+//! Per weight type, the kernels of one ISA, chosen once and called per row or tile.
+//!
+//! [`kernels`] looks the weight type up in the table of the selected ISA
+//! ([`Isa::selected`]); [`kernels_for`] in that of any ISA this CPU executes.
+//! A table entry starts from the scalar kernels and replaces those an ISA
+//! module implements, so every type works on every ISA.
+
+use crate::isa::Isa;
+use crate::{GgmlType, KernelError, scalar};
+
+/// f32 activations → the activation type's bytes (`dst` is exactly the row).
+pub type QuantizeFn = fn(src: &[f32], dst: &mut [u8]);
+/// Σ over `n` values of weight row · activation row, both as raw block bytes.
+pub type VecDotFn = fn(n: usize, w: &[u8], a: &[u8]) -> f32;
+/// One weight row against four activation rows, each weight block unpacked once.
+pub type VecDotX4Fn = fn(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4];
+
+/// The kernels for one weight type on one ISA.
+#[derive(Clone, Copy, Debug)]
+pub struct TypeKernels {
+    /// The weight type.
+    pub weight: GgmlType,
+    /// The type activations are converted to (llama.cpp's `vec_dot_type`).
+    pub activation: GgmlType,
+    /// The ISA the SIMD parts of this entry use (the entry may mix in scalar kernels).
+    pub isa: Isa,
+    /// Which of `quantize_activation`, `vec_dot`, `vec_dot_x4` are SIMD (for reports and tests).
+    pub simd: Simd,
+    pub quantize_activation: QuantizeFn,
+    pub vec_dot: VecDotFn,
+    /// A 1×4 tile; `None` where only the row kernel exists.
+    pub vec_dot_x4: Option<VecDotX4Fn>,
+}
+
+/// Which kernels of an entry are not the scalar reference.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Simd {
+    pub quantize: bool,
+    pub vec_dot: bool,
+    pub vec_dot_x4: bool,
+}
+
+impl TypeKernels {
+    /// Bytes of an activation row of `n` values.
+    pub fn activation_row_bytes(&self, n: usize) -> usize {
+        n / self.activation.block_size() * self.activation.type_size()
+    }
+    /// Bytes of a weight row of `n` values.
+    pub fn weight_row_bytes(&self, n: usize) -> usize {
+        n / self.weight.block_size() * self.weight.type_size()
+    }
+}
+
+macro_rules! scalar_entry {
+    ($w:ident, $a:ident, $q:ident, $dot:ident, $x4:expr) => {
+        TypeKernels {
+            weight: GgmlType::$w,
+            activation: GgmlType::$a,
+            isa: Isa::Scalar,
+            simd: Simd {
+                quantize: false,
+                vec_dot: false,
+                vec_dot_x4: false,
+            },
+            quantize_activation: scalar::$q,
+            vec_dot: scalar::$dot,
+            vec_dot_x4: $x4,
+        }
+    };
+}
+
+/// The scalar kernels of every supported weight type.
+pub static SCALAR: [TypeKernels; 13] = [
+    scalar_entry!(F32, F32, quantize_f32, vec_dot_f32, None),
+    scalar_entry!(F16, F16, quantize_f16, vec_dot_f16, None),
+    scalar_entry!(BF16, BF16, quantize_bf16, vec_dot_bf16, None),
+    scalar_entry!(
+        Q4_0,
+        Q8_0,
+        quantize_q8_0,
+        vec_dot_q4_0,
+        Some(scalar::vec_dot_x4_q4_0)
+    ),
+    scalar_entry!(Q4_1, Q8_1, quantize_q8_1, vec_dot_q4_1, None),
+    scalar_entry!(
+        Q5_0,
+        Q8_0,
+        quantize_q8_0,
+        vec_dot_q5_0,
+        Some(scalar::vec_dot_x4_q5_0)
+    ),
+    scalar_entry!(Q5_1, Q8_1, quantize_q8_1, vec_dot_q5_1, None),
+    scalar_entry!(
+        Q8_0,
+        Q8_0,
+        quantize_q8_0,
+        vec_dot_q8_0,
+        Some(scalar::vec_dot_x4_q8_0)
+    ),
+    scalar_entry!(
+        Q2_K,
+        Q8_K,
+        quantize_q8_k,
+        vec_dot_q2_k,
+        Some(scalar::vec_dot_x4_q2_k)
+    ),
+    scalar_entry!(
+        Q3_K,
+        Q8_K,
+        quantize_q8_k,
+        vec_dot_q3_k,
+        Some(scalar::vec_dot_x4_q3_k)
+    ),
+    scalar_entry!(
+        Q4_K,
+        Q8_K,
+        quantize_q8_k,
+        vec_dot_q4_k,
+        Some(scalar::vec_dot_x4_q4_k)
+    ),
+    scalar_entry!(
+        Q5_K,
+        Q8_K,
+        quantize_q8_k,
+        vec_dot_q5_k,
+        Some(scalar::vec_dot_x4_q5_k)
+    ),
+    scalar_entry!(
+        Q6_K,
+        Q8_K,
+        quantize_q8_k,
+        vec_dot_q6_k,
+        Some(scalar::vec_dot_x4_q6_k)
+    ),
+];
+
+/// The scalar entry of `ty` (a `const`-usable base for the ISA tables).
+pub(crate) const fn scalar(ty: GgmlType) -> TypeKernels {
+    let mut i = 0;
+    while i < SCALAR.len() {
+        if SCALAR[i].weight as u32 == ty as u32 {
+            return SCALAR[i];
+        }
+        i += 1;
+    }
+    panic!("no scalar kernel")
+}
+
+/// The table of `isa` (without checking that the CPU executes it).
+fn table(isa: Isa) -> &'static [TypeKernels] {
+    match isa {
+        Isa::Scalar => &SCALAR,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => &crate::x86_64::AVX2,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => &crate::x86_64::AVX512,
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => &crate::aarch64::NEON,
+        #[cfg(target_arch = "aarch64")]
+        Isa::NeonDotprod => &crate::aarch64::DOTPROD,
+        #[allow(unreachable_patterns)]
+        _ => &SCALAR,
+    }
+}
+
+/// The kernels of weight type `ty` on the selected ISA.
+pub fn kernels(ty: GgmlType) -> Result<&'static TypeKernels, KernelError> {
+    kernels_for(ty, Isa::selected()?)
+}
+
+/// The kernels of weight type `ty` on `isa`, which this CPU must execute.
+pub fn kernels_for(ty: GgmlType, isa: Isa) -> Result<&'static TypeKernels, KernelError> {
+    if !isa.is_available() {
+        return Err(KernelError::IsaUnavailable {
+            requested: isa.name(),
+            missing: isa.features(),
+            best: Isa::best_available().name(),
+        });
+    }
+    table(isa)
+        .iter()
+        .find(|k| k.weight == ty)
+        .ok_or(KernelError::UnsupportedType(ty))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_isa_table_covers_every_scalar_type() {
+        for isa in Isa::ALL {
+            for k in table(isa) {
+                assert_eq!(k.activation, scalar(k.weight).activation);
+            }
+            let types: Vec<_> = table(isa).iter().map(|k| k.weight).collect();
+            let want: Vec<_> = SCALAR.iter().map(|k| k.weight).collect();
+            assert_eq!(types, want, "{isa}");
+        }
+    }
+
+    #[test]
+    fn unsupported_weight_types_are_refused_by_name() {
+        let e = kernels_for(GgmlType::IQ2_XS, Isa::Scalar).unwrap_err();
+        assert_eq!(e, KernelError::UnsupportedType(GgmlType::IQ2_XS));
+        assert_eq!(
+            e.to_string(),
+            "no dot-product kernel for weight type IQ2_XS"
+        );
+        assert!(kernels(GgmlType::Q8_K).is_err());
+    }
+
+    #[test]
+    fn unavailable_isa_tables_are_refused() {
+        for isa in Isa::ALL {
+            assert_eq!(
+                kernels_for(GgmlType::Q8_0, isa).is_ok(),
+                isa.is_available(),
+                "{isa}"
+            );
+        }
+    }
+
+    #[test]
+    fn report_dispatch_table() {
+        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+            for k in table(isa) {
+                eprintln!("{isa:8} {:5} {:?}", k.weight.name(), k.simd);
+            }
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! Every ISA's table against the scalar reference (see [`crate::testutil`]
+//! for data and tolerances). Tests of an ISA the CPU lacks are skipped,
+//! except under Miri, where the AVX-512 ones must run.
+
+use crate::isa::Isa;
+
+mod scalar_tiles {
+    use super::*;
+    // The scalar 1×4 tiles against the scalar row kernels.
+    crate::isa_proptests!(Isa::Scalar;
+        q4_0 => Q4_0, q5_0 => Q5_0, q8_0 => Q8_0,
+        q2_k => Q2_K, q3_k => Q3_K, q4_k => Q4_K, q5_k => Q5_K, q6_k => Q6_K,
+    );
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::*;
+    crate::isa_proptests!(Isa::Avx2;
+        f32 => F32, f16 => F16, bf16 => BF16,
+        q4_0 => Q4_0, q4_1 => Q4_1, q5_0 => Q5_0, q5_1 => Q5_1, q8_0 => Q8_0,
+        q2_k => Q2_K, q3_k => Q3_K, q4_k => Q4_K, q5_k => Q5_K, q6_k => Q6_K,
+    );
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512_native {
+    use super::*;
+    crate::isa_proptests!(Isa::Avx512Vnni; q8_0 => Q8_0, q4_k => Q4_K, q6_k => Q6_K);
+}
+
+/// Small deterministic cases for Miri (`.ci/isa-tests.sh`), which interprets
+/// the AVX-512 VNNI intrinsics ~1000× slower than native.
+#[cfg(target_arch = "x86_64")]
+mod miri_avx512 {
+    use super::*;
+    use crate::GgmlType;
+    use crate::testutil::{check_case, check_dot_only, entry, runs_here};
+
+    fn run(ty: GgmlType) {
+        if !runs_here(Isa::Avx512Vnni) {
+            return;
+        }
+        let k = entry(Isa::Avx512Vnni, ty);
+        assert!(
+            k.simd.vec_dot,
+            "{ty}: the AVX-512 table must use a VNNI kernel"
+        );
+        // 3 blocks: an odd count exercises the Q8_0 pair loop's tail.
+        if cfg!(miri) {
+            for (seed, style) in [(1, 0), (2, 4), (3, 3), (4, 2)] {
+                check_dot_only(k, seed, 3, style);
+            }
+            check_dot_only(k, 5, 1, 0);
+        } else {
+            for (seed, style) in [(1, 0), (2, 4), (3, 13)] {
+                check_case(k, seed, 3, style);
+            }
+        }
+    }
+
+    #[test]
+    fn q8_0() {
+        run(GgmlType::Q8_0);
+    }
+    #[test]
+    fn q4_k() {
+        run(GgmlType::Q4_K);
+    }
+    #[test]
+    fn q6_k() {
+        run(GgmlType::Q6_K);
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use super::*;
+    crate::isa_proptests!(Isa::Neon;
+        f32 => F32, f16 => F16, bf16 => BF16,
+        q4_0 => Q4_0, q4_1 => Q4_1, q5_0 => Q5_0, q5_1 => Q5_1, q8_0 => Q8_0,
+        q2_k => Q2_K, q3_k => Q3_K, q4_k => Q4_K, q5_k => Q5_K, q6_k => Q6_K,
+    );
+}
+
+#[cfg(target_arch = "aarch64")]
+mod dotprod {
+    use super::*;
+    crate::isa_proptests!(Isa::NeonDotprod;
+        f32 => F32, f16 => F16,
+        q4_0 => Q4_0, q4_1 => Q4_1, q5_0 => Q5_0, q8_0 => Q8_0,
+        q4_k => Q4_K, q5_k => Q5_K, q6_k => Q6_K,
+    );
+}

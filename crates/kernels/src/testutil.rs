@@ -1,0 +1,316 @@
+//! Shared test machinery: random rows of every type and the comparison of an
+//! ISA's table against the scalar reference.
+//!
+//! # Tolerances
+//! Quantizers must match the scalar reference byte for byte. Dot products
+//! share the exact integer sums; they differ only in how f32 partial sums are
+//! associated (8 or 16 lanes, FMA). With `mag = Σ|each term|` (every
+//! `d·scale·q·a` and `dmin·m·a` taken absolutely, see [`magnitude`]) the
+//! difference is bounded by `(c + n/8) · ε · mag` (ε = `f32::EPSILON`):
+//! `c = 32` covers the per-block products of scales and the horizontal sums,
+//! `n/8` the length of the longest lane's running sum. A 1×4 tile must equal
+//! the same ISA's row kernel column by column within the same bound.
+
+use crate::isa::Isa;
+use crate::scalar::{self, KBlock, LegacyBlock};
+use crate::table::{SCALAR, TypeKernels};
+use crate::{GgmlType, kernels_for};
+use half::f16;
+use lamina_quant::blocks::*;
+
+/// SplitMix64: a tiny deterministic generator, enough for test data.
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    /// Uniform in [-1, 1).
+    pub fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+    pub fn bytes(&mut self, out: &mut [u8]) {
+        for b in out {
+            *b = self.next() as u8;
+        }
+    }
+}
+
+/// Offsets of the f16 scale fields inside a weight block.
+fn scale_offsets(ty: GgmlType) -> &'static [usize] {
+    use GgmlType as T;
+    match ty {
+        T::Q4_0 | T::Q5_0 | T::Q8_0 => &[0],
+        T::Q4_1 | T::Q5_1 | T::Q4_K | T::Q5_K => &[0, 2],
+        T::Q2_K => &[80, 82],
+        T::Q3_K => &[108],
+        T::Q6_K => &[208],
+        _ => &[],
+    }
+}
+
+/// An f16 scale: ordinary, zero, subnormal-small or near the f16 maximum.
+fn scale(rng: &mut Rng, style: u64) -> f16 {
+    let v = match (style, rng.below(8)) {
+        (1, _) | (_, 0) => 0.0,
+        (2, _) | (_, 1) => 6.0e-8 * (1 + rng.below(4)) as f32,
+        (3, _) | (_, 2) => 60000.0 * rng.unit(),
+        _ => rng.unit() * 0.1,
+    };
+    f16::from_f32_const(v)
+}
+
+/// Random f32 activations: gaussian-ish, with outliers, all zero, or saturating.
+pub fn activations(rng: &mut Rng, n: usize, style: u64) -> Vec<f32> {
+    (0..n)
+        .map(|i| match style {
+            1 => 0.0,
+            2 => {
+                if rng.below(2) == 0 {
+                    1.0
+                } else {
+                    -1.0
+                }
+            }
+            3 if i % 37 == 0 => 1.0e4 * rng.unit(),
+            3 if i % 64 < 32 => 0.0,
+            _ => rng.unit() + rng.unit() * rng.unit(),
+        })
+        .collect()
+}
+
+/// A random weight row of `n` values: random quant bits, chosen scales
+/// (style 0 mixed, 1 zero, 2 tiny, 3 huge); float types from random values.
+pub fn weight_row(rng: &mut Rng, ty: GgmlType, n: usize, style: u64) -> Vec<u8> {
+    let mut row = vec![0u8; n / ty.block_size() * ty.type_size()];
+    match ty {
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
+            let x = activations(rng, n, style);
+            let q = SCALAR
+                .iter()
+                .find(|k| k.weight == ty)
+                .unwrap()
+                .quantize_activation;
+            q(&x, &mut row);
+        }
+        _ => {
+            rng.bytes(&mut row);
+            if style == 4 {
+                // Extreme quants: all bits set or all clear, per block.
+                for b in row.chunks_exact_mut(ty.type_size()) {
+                    b.fill(if rng.below(2) == 0 { 0xFF } else { 0x00 });
+                }
+            }
+            for b in row.chunks_exact_mut(ty.type_size()) {
+                for &o in scale_offsets(ty) {
+                    b[o..o + 2].copy_from_slice(&scale(rng, style % 4).to_le_bytes());
+                }
+            }
+        }
+    }
+    row
+}
+
+fn blocks<B: bytemuck::Pod>(b: &[u8]) -> Vec<B> {
+    b.chunks_exact(size_of::<B>())
+        .map(bytemuck::pod_read_unaligned)
+        .collect()
+}
+
+/// Σ of every term of the dot product taken absolutely (the scale of its rounding error).
+pub fn magnitude(ty: GgmlType, w: &[u8], a: &[u8]) -> f64 {
+    fn legacy<B: LegacyBlock>(w: &[u8], a: &[u8], act_size: usize) -> f64 {
+        let mut m = 0.0f64;
+        for (x, y) in blocks::<B>(w).iter().zip(a.chunks_exact(act_size)) {
+            let (q, d, mm) = x.unpack();
+            let dy = f16::from_le_bytes([y[0], y[1]]).to_f32_const() as f64;
+            let qs = &y[act_size - 32..];
+            for (&qw, &qa) in q.iter().zip(qs) {
+                let qa = qa as i8 as f64;
+                m += (d as f64 * qw as f64 * dy * qa).abs() + (mm as f64 * dy * qa).abs();
+            }
+        }
+        m
+    }
+    fn k<B: KBlock>(w: &[u8], a: &[u8]) -> f64 {
+        let mut m = 0.0f64;
+        for (x, y) in blocks::<B>(w).iter().zip(blocks::<BlockQ8K>(a)) {
+            let u = x.unpack();
+            for i in 0..QK_K {
+                let qa = y.qs[i] as f64 * y.d as f64;
+                m += (u.d as f64 * u.scales[i / 16] as f64 * u.q[i] as f64 * qa).abs()
+                    + (u.dmin as f64 * u.mins[i / 16] as f64 * qa).abs();
+            }
+        }
+        m
+    }
+    fn float(ty: GgmlType, w: &[u8], a: &[u8]) -> f64 {
+        let n = w.len() / ty.type_size();
+        let (mut x, mut y) = (vec![0f32; n], vec![0f32; n]);
+        scalar::dequantize(ty, w, &mut x);
+        scalar::dequantize(ty, a, &mut y);
+        x.iter()
+            .zip(&y)
+            .map(|(&p, &q)| (p as f64 * q as f64).abs())
+            .sum()
+    }
+    use GgmlType as T;
+    match ty {
+        T::Q4_0 => legacy::<BlockQ4_0>(w, a, 34),
+        T::Q5_0 => legacy::<BlockQ5_0>(w, a, 34),
+        T::Q8_0 => legacy::<BlockQ8_0>(w, a, 34),
+        T::Q4_1 => legacy::<BlockQ4_1>(w, a, 36),
+        T::Q5_1 => legacy::<BlockQ5_1>(w, a, 36),
+        T::Q2_K => k::<BlockQ2K>(w, a),
+        T::Q3_K => k::<BlockQ3K>(w, a),
+        T::Q4_K => k::<BlockQ4K>(w, a),
+        T::Q5_K => k::<BlockQ5K>(w, a),
+        T::Q6_K => k::<BlockQ6K>(w, a),
+        _ => float(ty, w, a),
+    }
+}
+
+pub fn tolerance(ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> f64 {
+    (32.0 + n as f64 / 8.0) * f32::EPSILON as f64 * magnitude(ty, w, a)
+}
+
+/// One random case: `blocks` blocks of `ty`, data styles from `style`.
+/// Compares `k` (an ISA's entry) with the scalar entry of the same type.
+pub fn check_case(k: &TypeKernels, seed: u64, nblocks: usize, style: u64) {
+    let r = &SCALAR.iter().find(|s| s.weight == k.weight).unwrap();
+    let ty = k.weight;
+    let mut rng = Rng(seed);
+    // Float rows get an odd tail so the SIMD remainder loops run.
+    let n = if ty.block_size() == 1 {
+        nblocks * 37 + (seed % 8) as usize
+    } else {
+        nblocks * ty.block_size()
+    };
+    let w = weight_row(&mut rng, ty, n, style % 5);
+    let cols: Vec<Vec<u8>> = (0..4)
+        .map(|c| {
+            let x = activations(&mut rng, n, (style / 5 + c) % 4);
+            let mut want = vec![0u8; k.activation_row_bytes(n)];
+            (r.quantize_activation)(&x, &mut want);
+            let mut got = vec![0xAAu8; want.len()];
+            (k.quantize_activation)(&x, &mut got);
+            assert!(
+                got == want,
+                "{} {}: activation quantizer differs (seed {seed})",
+                k.isa,
+                k.activation
+            );
+            want
+        })
+        .collect();
+    let mut row = [0f32; 4];
+    for (c, a) in cols.iter().enumerate() {
+        let want = (r.vec_dot)(n, &w, a);
+        let got = (k.vec_dot)(n, &w, a);
+        let tol = tolerance(ty, n, &w, a);
+        assert!(
+            ((got - want) as f64).abs() <= tol,
+            "{} {ty}: vec_dot {got} vs scalar {want} (tol {tol:e}, seed {seed}, {nblocks} blocks, style {style})",
+            k.isa
+        );
+        row[c] = got;
+    }
+    if let Some(x4) = k.vec_dot_x4 {
+        let got = x4(n, &w, [&cols[0], &cols[1], &cols[2], &cols[3]]);
+        for c in 0..4 {
+            let tol = tolerance(ty, n, &w, &cols[c]);
+            assert!(
+                ((got[c] - row[c]) as f64).abs() <= tol,
+                "{} {ty}: vec_dot_x4 column {c} {} vs row kernel {} (tol {tol:e}, seed {seed})",
+                k.isa,
+                got[c],
+                row[c]
+            );
+        }
+    }
+}
+
+/// Whether the tests of `isa` run here. Under Miri (with the AVX-512 target
+/// features of `.ci/isa-tests.sh`) they must: a missing feature fails.
+pub fn runs_here(isa: Isa) -> bool {
+    if cfg!(miri) {
+        assert!(
+            isa.is_available(),
+            "{isa} must be available under Miri: check RUSTFLAGS"
+        );
+        return true;
+    }
+    if !isa.is_available() {
+        eprintln!("skipped: this CPU lacks {}", isa.features());
+    }
+    isa.is_available()
+}
+
+/// The entry of `ty` on `isa`.
+pub fn entry(isa: Isa, ty: GgmlType) -> &'static TypeKernels {
+    kernels_for(ty, isa).unwrap()
+}
+
+/// Generates one proptest per weight type comparing `$isa`'s table with scalar.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! isa_proptests {
+    ($isa:expr; $($name:ident => $ty:ident),* $(,)?) => {$(
+        #[test]
+        fn $name() {
+            use proptest::prelude::*;
+            if !$crate::testutil::runs_here($isa) {
+                return;
+            }
+            let k = $crate::testutil::entry($isa, $crate::GgmlType::$ty);
+            let cfg = ProptestConfig { cases: 96, failure_persistence: None, ..ProptestConfig::default() };
+            proptest!(cfg, |(seed in any::<u64>(), nblocks in 1usize..10, style in 0u64..20)| {
+                $crate::testutil::check_case(k, seed, nblocks, style);
+            });
+        }
+    )*};
+}
+
+/// Dot products only, on activation blocks built directly from random bytes
+/// (no quantizer, no hardware f16 conversion: both are beyond Miri).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub fn check_dot_only(k: &TypeKernels, seed: u64, nblocks: usize, style: u64) {
+    let r = &SCALAR.iter().find(|s| s.weight == k.weight).unwrap();
+    let ty = k.weight;
+    let mut rng = Rng(seed);
+    let n = nblocks * ty.block_size();
+    let w = weight_row(&mut rng, ty, n, style % 5);
+    let mut a = vec![0u8; k.activation_row_bytes(n)];
+    let asz = k.activation.type_size();
+    for b in a.chunks_exact_mut(asz) {
+        for q in b.iter_mut() {
+            *q = (rng.below(255) as i32 - 127) as i8 as u8;
+        }
+        if k.activation == GgmlType::Q8_K {
+            b[..4].copy_from_slice(&(rng.unit() * 0.01).to_le_bytes());
+            for g in 0..16 {
+                let s: i32 = b[4 + 16 * g..20 + 16 * g]
+                    .iter()
+                    .map(|&v| v as i8 as i32)
+                    .sum();
+                b[260 + 2 * g..262 + 2 * g].copy_from_slice(&(s as i16).to_le_bytes());
+            }
+        } else {
+            b[..2].copy_from_slice(&f16::from_f32_const(rng.unit() * 0.01).to_le_bytes());
+        }
+    }
+    let want = (r.vec_dot)(n, &w, &a);
+    let got = (k.vec_dot)(n, &w, &a);
+    let tol = tolerance(ty, n, &w, &a);
+    assert!(
+        ((got - want) as f64).abs() <= tol,
+        "{} {ty}: {got} vs scalar {want} (tol {tol:e}, seed {seed})",
+        k.isa
+    );
+}

@@ -1,0 +1,672 @@
+//! AVX2 + FMA + F16C kernels.
+//!
+//! Each public function is a safe wrapper that checks the row lengths, then
+//! calls one `#[target_feature]` kernel; the wrappers are only reachable
+//! through [`super::AVX2`] / [`super::AVX512`], which
+//! [`crate::kernels_for`] hands out after detecting the features.
+//! Helpers are `#[inline(always)]` so they compile inside the kernel with its
+//! features. The dot-product bodies are generic over the number of
+//! activation columns `N`: `N = 1` is the row kernel, `N = 4` the 1×4 tile that
+//! unpacks each weight block once.
+//!
+//! Integer sums are exact (`maddubs` only ever sees an unsigned operand
+//! ≤ 63, or |w| ≤ 128 against an activation in `[-127, 127]`: no saturation);
+//! floats are combined per block with FMA in 8 lanes, so results differ from
+//! the scalar reference by reassociation only.
+
+use crate::GgmlType;
+use crate::scalar::{k4_scales_mins, row_blocks};
+use core::arch::x86_64::*;
+use half::f16;
+
+// ------------------------------------------------------------------ helpers
+
+#[inline(always)]
+unsafe fn rd_u16(p: *const u8) -> u16 {
+    // SAFETY: the caller passes a pointer with two readable bytes.
+    unsafe { p.cast::<u16>().read_unaligned() }
+}
+
+/// f16 bits → f32 with F16C (exact). Miri does not implement F16C, so under
+/// Miri (which runs these kernels only from the AVX-512 tests) the same exact
+/// conversion is done in software.
+#[inline(always)]
+unsafe fn fp16(p: *const u8) -> f32 {
+    if cfg!(miri) {
+        // SAFETY: `p` has two readable bytes.
+        return f16::from_bits(unsafe { rd_u16(p) }).to_f32_const();
+    }
+    // SAFETY: F16C is enabled in every kernel calling this; `p` has two readable bytes.
+    unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(rd_u16(p) as i32))) }
+}
+
+#[inline(always)]
+unsafe fn load(p: *const u8) -> __m256i {
+    // SAFETY: the caller passes 32 readable bytes; the load is unaligned.
+    unsafe { _mm256_loadu_si256(p.cast()) }
+}
+
+#[inline(always)]
+unsafe fn hsum_f32(v: __m256) -> f32 {
+    // SAFETY: AVX is enabled in every kernel calling this.
+    unsafe {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        _mm_cvtss_f32(s)
+    }
+}
+
+#[inline(always)]
+unsafe fn hsum_i32(v: __m256i) -> i32 {
+    // SAFETY: AVX2 is enabled in every kernel calling this.
+    unsafe {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01>(s));
+        _mm_cvtsi128_si32(s)
+    }
+}
+
+/// Σ of adjacent pairs of `u8 · i8` products, widened to 8 × i32.
+#[inline(always)]
+unsafe fn maddubs_i32(u: __m256i, s: __m256i) -> __m256i {
+    // SAFETY: AVX2 is enabled in every kernel calling this.
+    unsafe { _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)) }
+}
+
+/// `|x|` as unsigned bytes (-128 → 128): the weight half of the sign trick.
+#[inline(always)]
+unsafe fn abs_u8(x: __m256i) -> __m256i {
+    // SAFETY: AVX2 is enabled in every kernel calling this.
+    unsafe { _mm256_sign_epi8(x, x) }
+}
+
+/// `y · sign(x)` for the activation half of the sign trick (`y` ∈ [-127, 127]).
+#[inline(always)]
+unsafe fn signed_like(y: __m256i, x: __m256i) -> __m256i {
+    // SAFETY: AVX2 is enabled in every kernel calling this.
+    unsafe { _mm256_sign_epi8(y, x) }
+}
+
+/// 16 bytes of nibbles → 32 bytes: low nibbles first, then high nibbles.
+#[inline(always)]
+unsafe fn nibbles(p: *const u8) -> __m256i {
+    // SAFETY: `p` has 16 readable bytes; AVX2 is enabled in every caller.
+    unsafe {
+        let t = _mm_loadu_si128(p.cast());
+        let both = _mm256_set_m128i(_mm_srli_epi16::<4>(t), t);
+        _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
+    }
+}
+
+/// 32 bits (little-endian at `p`) → 32 bytes, 0xFF where the bit is set.
+#[inline(always)]
+unsafe fn bytes_from_bits(p: *const u8) -> __m256i {
+    // SAFETY: `p` has 4 readable bytes; AVX2 is enabled in every caller.
+    unsafe {
+        let bits = p.cast::<u32>().read_unaligned() as i32;
+        let shuf = _mm256_set_epi64x(
+            0x0303_0303_0303_0303,
+            0x0202_0202_0202_0202,
+            0x0101_0101_0101_0101,
+            0,
+        );
+        let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(bits), shuf);
+        let bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe));
+        _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1))
+    }
+}
+
+// ------------------------------------------------------- legacy dot products
+
+/// The signed 32 quants of one legacy weight block.
+#[inline(always)]
+unsafe fn q8_0_quants(x: *const u8) -> __m256i {
+    // SAFETY: a Q8_0 block has its 32 quants at offset 2.
+    unsafe { load(x.add(2)) }
+}
+#[inline(always)]
+unsafe fn q4_0_quants(x: *const u8) -> __m256i {
+    // SAFETY: a Q4_0 block has its 16 nibble bytes at offset 2.
+    unsafe { _mm256_sub_epi8(nibbles(x.add(2)), _mm256_set1_epi8(8)) }
+}
+#[inline(always)]
+unsafe fn q5_0_quants(x: *const u8) -> __m256i {
+    // SAFETY: a Q5_0 block has qh at offset 2 and 16 nibble bytes at 6.
+    unsafe {
+        // 0xF0 (i.e. -16 on top of the nibble) where the fifth bit is clear.
+        let hi = _mm256_andnot_si256(bytes_from_bits(x.add(2)), _mm256_set1_epi8(0xF0u8 as i8));
+        _mm256_or_si256(nibbles(x.add(6)), hi)
+    }
+}
+
+/// Σ_blocks d_w·d_a·Σ(w·a) for weight blocks of `wsize` bytes decoded by
+/// `quants`, against `N` Q8_0 activation rows.
+#[inline(always)]
+unsafe fn legacy_q8_0<const N: usize>(
+    nb: usize,
+    w: *const u8,
+    wsize: usize,
+    a: [*const u8; N],
+    quants: unsafe fn(*const u8) -> __m256i,
+) -> [f32; N] {
+    // SAFETY: the wrappers checked `nb` whole blocks in every row; AVX2/FMA/F16C are enabled.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); N];
+        for i in 0..nb {
+            let x = w.add(i * wsize);
+            let qx = quants(x);
+            let ax = abs_u8(qx);
+            let dx = fp16(x);
+            for c in 0..N {
+                let y = a[c].add(i * 34);
+                let p = maddubs_i32(ax, signed_like(load(y.add(2)), qx));
+                let d = _mm256_set1_ps(dx * fp16(y));
+                acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[c]);
+            }
+        }
+        acc.map(|v| hsum_f32(v))
+    }
+}
+
+macro_rules! legacy_kernels {
+    ($($ty:ident, $size:expr, $quants:ident, $one:ident, $x4:ident, $k1:ident, $k4:ident;)*) => {$(
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $k1(nb: usize, w: *const u8, a: *const u8) -> f32 {
+            // SAFETY: forwarded from the caller's contract.
+            unsafe { legacy_q8_0::<1>(nb, w, $size, [a], $quants)[0] }
+        }
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $k4(nb: usize, w: *const u8, a: [*const u8; 4]) -> [f32; 4] {
+            // SAFETY: forwarded from the caller's contract.
+            unsafe { legacy_q8_0::<4>(nb, w, $size, a, $quants) }
+        }
+        pub(crate) fn $one(n: usize, w: &[u8], a: &[u8]) -> f32 {
+            let nb = row_blocks(GgmlType::$ty, n, w);
+            row_blocks(GgmlType::Q8_0, n, a);
+            // SAFETY: both rows hold `nb` blocks (checked above); this function is only
+            // reachable through a table handed out after AVX2+FMA+F16C were detected.
+            unsafe { $k1(nb, w.as_ptr(), a.as_ptr()) }
+        }
+        pub(crate) fn $x4(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+            let nb = row_blocks(GgmlType::$ty, n, w);
+            for c in a {
+                row_blocks(GgmlType::Q8_0, n, c);
+            }
+            // SAFETY: as for the row kernel; all five rows hold `nb` blocks.
+            unsafe { $k4(nb, w.as_ptr(), a.map(<[u8]>::as_ptr)) }
+        }
+    )*};
+}
+
+legacy_kernels! {
+    Q8_0, 34, q8_0_quants, vec_dot_q8_0, vec_dot_x4_q8_0, k_q8_0, k_q8_0_x4;
+    Q4_0, 18, q4_0_quants, vec_dot_q4_0, vec_dot_x4_q4_0, k_q4_0, k_q4_0_x4;
+    Q5_0, 22, q5_0_quants, vec_dot_q5_0, vec_dot_x4_q5_0, k_q5_0, k_q5_0_x4;
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k_q4_1(nb: usize, w: *const u8, a: *const u8) -> f32 {
+    // SAFETY: both rows hold `nb` blocks (Q4_1: 20 bytes, Q8_1: 36 bytes).
+    unsafe {
+        let mut acc = _mm256_setzero_ps();
+        let mut summs = 0.0f32;
+        for i in 0..nb {
+            let (x, y) = (w.add(i * 20), a.add(i * 36));
+            let p = maddubs_i32(nibbles(x.add(4)), load(y.add(4)));
+            let d = _mm256_set1_ps(fp16(x) * fp16(y));
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+            summs += fp16(x.add(2)) * fp16(y.add(2));
+        }
+        hsum_f32(acc) + summs
+    }
+}
+
+pub(crate) fn vec_dot_q4_1(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let nb = row_blocks(GgmlType::Q4_1, n, w);
+    row_blocks(GgmlType::Q8_1, n, a);
+    // SAFETY: both rows hold `nb` blocks; reachable only after AVX2 detection.
+    unsafe { k_q4_1(nb, w.as_ptr(), a.as_ptr()) }
+}
+
+// --------------------------------------------------------- K-quant products
+
+/// Σ_j mins[j] · (bsums[2j] + bsums[2j+1]) for one Q8_K block at `y`.
+#[inline(always)]
+unsafe fn k4_min_sum(mins: [u8; 8], y: *const u8) -> i32 {
+    // SAFETY: a Q8_K block has 16 i16 bsums at offset 260; AVX2 is enabled in the callers.
+    unsafe {
+        let bsums = _mm256_loadu_si256(y.add(260).cast());
+        let pairs = _mm_hadd_epi16(
+            _mm256_castsi256_si128(bsums),
+            _mm256_extracti128_si256::<1>(bsums),
+        );
+        let m = _mm_cvtepu8_epi16(_mm_loadl_epi64(mins.as_ptr().cast()));
+        let p = _mm_madd_epi16(m, pairs);
+        let p = _mm_add_epi32(p, _mm_unpackhi_epi64(p, p));
+        let p = _mm_add_epi32(p, _mm_shuffle_epi32::<0b01>(p));
+        _mm_cvtsi128_si32(p)
+    }
+}
+
+#[inline(always)]
+unsafe fn f32_at(p: *const u8) -> f32 {
+    // SAFETY: the caller passes four readable bytes.
+    unsafe { p.cast::<f32>().read_unaligned() }
+}
+
+/// Q4_K (`HIGH = false`) and Q5_K (`HIGH = true`) against `N` Q8_K rows.
+#[inline(always)]
+unsafe fn q45_k<const N: usize, const HIGH: bool>(
+    nb: usize,
+    w: *const u8,
+    a: [*const u8; N],
+) -> [f32; N] {
+    let bsize = if HIGH { 176 } else { 144 };
+    let qs_off = if HIGH { 48 } else { 16 };
+    // SAFETY: every row holds `nb` blocks (checked by the wrappers); AVX2/FMA/F16C are enabled.
+    unsafe {
+        let m4 = _mm256_set1_epi8(0x0F);
+        let m1 = _mm256_set1_epi8(1);
+        let mut acc = [_mm256_setzero_ps(); N];
+        let mut accm = [0.0f32; N];
+        for i in 0..nb {
+            let x = w.add(i * bsize);
+            let ys = a.map(|p| p.add(i * 292));
+            let (dx, dminx) = (fp16(x), fp16(x.add(2)));
+            let (scales, mins) = k4_scales_mins(&*x.add(4).cast::<[u8; 12]>());
+            let mut hbits = if HIGH {
+                load(x.add(16))
+            } else {
+                _mm256_setzero_si256()
+            };
+            let mut sumi = [_mm256_setzero_si256(); N];
+            for j in 0..4 {
+                let q = load(x.add(qs_off + 32 * j));
+                let mut lo = _mm256_and_si256(q, m4);
+                let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                if HIGH {
+                    let h0 = _mm256_and_si256(hbits, m1);
+                    let h1 = _mm256_and_si256(_mm256_srli_epi16::<1>(hbits), m1);
+                    lo = _mm256_or_si256(lo, _mm256_slli_epi16::<4>(h0));
+                    hi = _mm256_or_si256(hi, _mm256_slli_epi16::<4>(h1));
+                    hbits = _mm256_srli_epi16::<2>(hbits);
+                }
+                let sl = _mm256_set1_epi16(scales[2 * j] as i16);
+                let sh = _mm256_set1_epi16(scales[2 * j + 1] as i16);
+                for c in 0..N {
+                    let q8 = ys[c].add(4 + 64 * j);
+                    let pl = _mm256_madd_epi16(sl, _mm256_maddubs_epi16(lo, load(q8)));
+                    let ph = _mm256_madd_epi16(sh, _mm256_maddubs_epi16(hi, load(q8.add(32))));
+                    sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(pl, ph));
+                }
+            }
+            for c in 0..N {
+                let dy = f32_at(ys[c]);
+                let d = _mm256_set1_ps(dy * dx);
+                acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+                accm[c] += (dy * dminx) * k4_min_sum(mins, ys[c]) as f32;
+            }
+        }
+        let mut out = [0.0f32; N];
+        for c in 0..N {
+            out[c] = hsum_f32(acc[c]) - accm[c];
+        }
+        out
+    }
+}
+
+/// Q6_K against `N` Q8_K rows. The quants are used unsigned (0..63); the
+/// `-32` offset is applied once per block through the activation's bsums.
+#[inline(always)]
+unsafe fn q6_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f32; N] {
+    // SAFETY: every row holds `nb` blocks (checked by the wrappers); AVX2/FMA/F16C are enabled.
+    unsafe {
+        let m4 = _mm256_set1_epi8(0x0F);
+        let m2 = _mm256_set1_epi8(3);
+        let mut acc = [_mm256_setzero_ps(); N];
+        for i in 0..nb {
+            let x = w.add(i * 210);
+            let ys = a.map(|p| p.add(i * 292));
+            let dx = fp16(x.add(208));
+            let sc = &*x.add(192).cast::<[i8; 16]>();
+            let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(sc.as_ptr().cast()));
+            let mut sumi = [_mm256_setzero_si256(); N];
+            for c in 0..N {
+                // -32 · Σ_s scale_s · bsum_s
+                let off = _mm256_madd_epi16(sc16, _mm256_loadu_si256(ys[c].add(260).cast()));
+                sumi[c] = _mm256_sub_epi32(sumi[c], _mm256_slli_epi32::<5>(off));
+            }
+            for half in 0..2 {
+                let ql = x.add(64 * half);
+                let qh = load(x.add(128 + 32 * half));
+                let (b1, b2) = (load(ql), load(ql.add(32)));
+                let q = [
+                    _mm256_or_si256(
+                        _mm256_and_si256(b1, m4),
+                        _mm256_slli_epi16::<4>(_mm256_and_si256(qh, m2)),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(b2, m4),
+                        _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<2>(qh), m2)),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(b1), m4),
+                        _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<4>(qh), m2)),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(b2), m4),
+                        _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<6>(qh), m2)),
+                    ),
+                ];
+                for (k, &qk) in q.iter().enumerate() {
+                    let s = 8 * half + 2 * k;
+                    let scale = _mm256_set_m128i(
+                        _mm_set1_epi16(sc[s + 1] as i16),
+                        _mm_set1_epi16(sc[s] as i16),
+                    );
+                    for c in 0..N {
+                        let q8 = load(ys[c].add(4 + 128 * half + 32 * k));
+                        let p = _mm256_madd_epi16(scale, _mm256_maddubs_epi16(qk, q8));
+                        sumi[c] = _mm256_add_epi32(sumi[c], p);
+                    }
+                }
+            }
+            for c in 0..N {
+                let d = _mm256_set1_ps(f32_at(ys[c]) * dx);
+                acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+            }
+        }
+        acc.map(|v| hsum_f32(v))
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k_q4_k(nb: usize, w: *const u8, a: [*const u8; 1]) -> [f32; 1] {
+    // SAFETY: forwarded from the wrapper's checks.
+    unsafe { q45_k::<1, false>(nb, w, a) }
+}
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k_q4_k_x4(nb: usize, w: *const u8, a: [*const u8; 4]) -> [f32; 4] {
+    // SAFETY: forwarded from the wrapper's checks.
+    unsafe { q45_k::<4, false>(nb, w, a) }
+}
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k_q5_k(nb: usize, w: *const u8, a: [*const u8; 1]) -> [f32; 1] {
+    // SAFETY: forwarded from the wrapper's checks.
+    unsafe { q45_k::<1, true>(nb, w, a) }
+}
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k_q6_k(nb: usize, w: *const u8, a: [*const u8; 1]) -> [f32; 1] {
+    // SAFETY: forwarded from the wrapper's checks.
+    unsafe { q6_k::<1>(nb, w, a) }
+}
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k_q6_k_x4(nb: usize, w: *const u8, a: [*const u8; 4]) -> [f32; 4] {
+    // SAFETY: forwarded from the wrapper's checks.
+    unsafe { q6_k::<4>(nb, w, a) }
+}
+
+macro_rules! k_wrappers {
+    ($($ty:ident: $k:ident => $one:ident $(, $k4:ident => $x4:ident)?;)*) => {$(
+        pub(crate) fn $one(n: usize, w: &[u8], a: &[u8]) -> f32 {
+            let nb = row_blocks(GgmlType::$ty, n, w);
+            row_blocks(GgmlType::Q8_K, n, a);
+            // SAFETY: both rows hold `nb` blocks (checked above); reachable only through a
+            // table handed out after the kernel's features were detected.
+            unsafe { $k(nb, w.as_ptr(), [a.as_ptr()])[0] }
+        }
+        $(
+        pub(crate) fn $x4(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+            let nb = row_blocks(GgmlType::$ty, n, w);
+            for c in a {
+                row_blocks(GgmlType::Q8_K, n, c);
+            }
+            // SAFETY: as for the row kernel; all five rows hold `nb` blocks.
+            unsafe { $k4(nb, w.as_ptr(), a.map(<[u8]>::as_ptr)) }
+        }
+        )?
+    )*};
+}
+
+k_wrappers! {
+    Q4_K: k_q4_k => vec_dot_q4_k, k_q4_k_x4 => vec_dot_x4_q4_k;
+    Q5_K: k_q5_k => vec_dot_q5_k;
+    Q6_K: k_q6_k => vec_dot_q6_k, k_q6_k_x4 => vec_dot_x4_q6_k;
+}
+
+// ------------------------------------------------------------------- floats
+
+/// Σ x·y over `n` values; `load8` turns 8 elements at a pointer into f32 lanes.
+#[inline(always)]
+unsafe fn float_dot(
+    n: usize,
+    x: *const u8,
+    y: *const u8,
+    esize: usize,
+    load8: unsafe fn(*const u8) -> __m256,
+    one: unsafe fn(*const u8) -> f32,
+) -> f32 {
+    // SAFETY: both rows hold `n` elements of `esize` bytes; AVX2/FMA/F16C are enabled.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        while i + 32 <= n {
+            for (k, a) in acc.iter_mut().enumerate() {
+                let o = (i + 8 * k) * esize;
+                *a = _mm256_fmadd_ps(load8(x.add(o)), load8(y.add(o)), *a);
+            }
+            i += 32;
+        }
+        while i + 8 <= n {
+            acc[0] = _mm256_fmadd_ps(load8(x.add(i * esize)), load8(y.add(i * esize)), acc[0]);
+            i += 8;
+        }
+        let v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+        let mut sum = hsum_f32(v);
+        while i < n {
+            sum += one(x.add(i * esize)) * one(y.add(i * esize));
+            i += 1;
+        }
+        sum
+    }
+}
+
+#[inline(always)]
+unsafe fn load8_f32(p: *const u8) -> __m256 {
+    // SAFETY: the caller passes 32 readable bytes.
+    unsafe { _mm256_loadu_ps(p.cast()) }
+}
+#[inline(always)]
+unsafe fn load8_f16(p: *const u8) -> __m256 {
+    // SAFETY: the caller passes 16 readable bytes; F16C is enabled.
+    unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k_f32(n: usize, x: *const u8, y: *const u8) -> f32 {
+    // SAFETY: forwarded from the wrapper's checks.
+    unsafe { float_dot(n, x, y, 4, load8_f32, f32_at) }
+}
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k_f16(n: usize, x: *const u8, y: *const u8) -> f32 {
+    // SAFETY: forwarded from the wrapper's checks.
+    unsafe { float_dot(n, x, y, 2, load8_f16, fp16) }
+}
+
+pub(crate) fn vec_dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    row_blocks(GgmlType::F32, n, w);
+    row_blocks(GgmlType::F32, n, a);
+    // SAFETY: both rows hold `n` f32 (checked above); reachable only after AVX2 detection.
+    unsafe { k_f32(n, w.as_ptr(), a.as_ptr()) }
+}
+pub(crate) fn vec_dot_f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    row_blocks(GgmlType::F16, n, w);
+    row_blocks(GgmlType::F16, n, a);
+    // SAFETY: both rows hold `n` f16 (checked above); reachable only after AVX2 detection.
+    unsafe { k_f16(n, w.as_ptr(), a.as_ptr()) }
+}
+
+// --------------------------------------------------------------- quantizers
+
+/// Rounds half away from zero like C's `roundf`: `trunc(x + copysign(0.5 - ulp/4, x))`
+/// (the largest float below 0.5 makes `0.49999997` round down, `0.5` up).
+#[inline(always)]
+unsafe fn round_away(x: __m256) -> __m256 {
+    // SAFETY: AVX is enabled in every caller.
+    unsafe {
+        let sign = _mm256_and_ps(x, _mm256_set1_ps(-0.0));
+        let half = _mm256_or_ps(sign, _mm256_set1_ps(f32::from_bits(0x3eff_ffff)));
+        _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(_mm256_add_ps(x, half))
+    }
+}
+
+#[inline(always)]
+unsafe fn abs_ps(x: __m256) -> __m256 {
+    // SAFETY: AVX is enabled in every caller.
+    unsafe { _mm256_andnot_ps(_mm256_set1_ps(-0.0), x) }
+}
+
+#[inline(always)]
+unsafe fn hmax_ps(v: __m256) -> f32 {
+    // SAFETY: AVX is enabled in every caller.
+    unsafe {
+        let m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let m = _mm_max_ss(m, _mm_movehdup_ps(m));
+        _mm_cvtss_f32(m)
+    }
+}
+
+/// Four vectors of i32 (each in i8 range) → 32 bytes in order.
+#[inline(always)]
+unsafe fn pack_i8(v: [__m256i; 4]) -> __m256i {
+    // SAFETY: AVX2 is enabled in every caller.
+    unsafe {
+        let a = _mm256_packs_epi32(v[0], v[1]);
+        let b = _mm256_packs_epi32(v[2], v[3]);
+        let p = _mm256_packs_epi16(a, b);
+        _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+    }
+}
+
+/// One 32-value Q8_0/Q8_1 block: returns (d, Σq) and writes the quants to `qs`.
+#[inline(always)]
+unsafe fn q8_block(x: *const f32, qs: *mut u8) -> (f32, i32) {
+    // SAFETY: `x` has 32 readable floats, `qs` 32 writable bytes; AVX2 is enabled.
+    unsafe {
+        let v = [0, 8, 16, 24].map(|k| _mm256_loadu_ps(x.add(k)));
+        let m = _mm256_max_ps(
+            _mm256_max_ps(abs_ps(v[0]), abs_ps(v[1])),
+            _mm256_max_ps(abs_ps(v[2]), abs_ps(v[3])),
+        );
+        let d = hmax_ps(m) / 127.0;
+        let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+        let q = v.map(|v| _mm256_cvttps_epi32(round_away(_mm256_mul_ps(v, id))));
+        let sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        _mm256_storeu_si256(qs.cast(), pack_i8(q));
+        (d, hsum_i32(sum))
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k_quantize_q8_0(nb: usize, x: *const f32, y: *mut u8) {
+    for i in 0..nb {
+        // SAFETY: `nb` blocks of input and output (checked by the wrapper).
+        unsafe {
+            let b = y.add(34 * i);
+            let (d, _) = q8_block(x.add(32 * i), b.add(2));
+            b.cast::<[u8; 2]>()
+                .write_unaligned(f16::from_f32(d).to_le_bytes());
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k_quantize_q8_1(nb: usize, x: *const f32, y: *mut u8) {
+    for i in 0..nb {
+        // SAFETY: `nb` blocks of input and output (checked by the wrapper).
+        unsafe {
+            let b = y.add(36 * i);
+            let (d, sum) = q8_block(x.add(32 * i), b.add(4));
+            b.cast::<[u8; 2]>()
+                .write_unaligned(f16::from_f32(d).to_le_bytes());
+            b.add(2)
+                .cast::<[u8; 2]>()
+                .write_unaligned(f16::from_f32(sum as f32 * d).to_le_bytes());
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k_quantize_q8_k(nb: usize, x: *const f32, y: *mut u8) {
+    for i in 0..nb {
+        // SAFETY: `nb` blocks of input (256 floats) and output (292 bytes), checked by the wrapper.
+        unsafe {
+            let x = x.add(256 * i);
+            let b = y.add(292 * i);
+            let mut m = _mm256_setzero_ps();
+            for k in 0..32 {
+                m = _mm256_max_ps(m, abs_ps(_mm256_loadu_ps(x.add(8 * k))));
+            }
+            let amax = hmax_ps(m);
+            if amax == 0.0 {
+                core::ptr::write_bytes(b, 0, 292);
+                continue;
+            }
+            // The first value of largest magnitude sets the sign, as in the reference.
+            let am = _mm256_set1_ps(amax);
+            let mut first = 0;
+            for k in 0..32 {
+                let eq = _mm256_cmp_ps::<_CMP_EQ_OQ>(abs_ps(_mm256_loadu_ps(x.add(8 * k))), am);
+                let mask = _mm256_movemask_ps(eq);
+                if mask != 0 {
+                    first = 8 * k + mask.trailing_zeros() as usize;
+                    break;
+                }
+            }
+            let iscale = -127.0 / *x.add(first);
+            let vs = _mm256_set1_ps(iscale);
+            let magic = _mm256_set1_ps(12_582_912.0);
+            let (low, bias, top) = (
+                _mm256_set1_epi32(0x007f_ffff),
+                _mm256_set1_epi32(0x0040_0000),
+                _mm256_set1_epi32(127),
+            );
+            let mut bsums = [0i16; 16];
+            for g in 0..8 {
+                let q = [0, 8, 16, 24].map(|k| {
+                    let v =
+                        _mm256_add_ps(_mm256_mul_ps(vs, _mm256_loadu_ps(x.add(32 * g + k))), magic);
+                    let n = _mm256_sub_epi32(_mm256_and_si256(_mm256_castps_si256(v), low), bias);
+                    _mm256_min_epi32(n, top)
+                });
+                bsums[2 * g] = hsum_i32(_mm256_add_epi32(q[0], q[1])) as i16;
+                bsums[2 * g + 1] = hsum_i32(_mm256_add_epi32(q[2], q[3])) as i16;
+                _mm256_storeu_si256(b.add(4 + 32 * g).cast(), pack_i8(q));
+            }
+            b.cast::<f32>().write_unaligned(1.0 / iscale);
+            b.add(260).cast::<[i16; 16]>().write_unaligned(bsums);
+        }
+    }
+}
+
+macro_rules! quantizers {
+    ($($ty:ident, $bs:expr, $k:ident => $f:ident;)*) => {$(
+        pub(crate) fn $f(src: &[f32], dst: &mut [u8]) {
+            assert!(src.len().is_multiple_of($bs), "{} values is not a whole number of blocks", src.len());
+            let nb = src.len() / $bs;
+            assert_eq!(dst.len(), nb * GgmlType::$ty.type_size(), "activation buffer size");
+            // SAFETY: `nb` whole blocks of input and output (checked above); reachable only
+            // through a table handed out after AVX2+FMA+F16C were detected.
+            unsafe { $k(nb, src.as_ptr(), dst.as_mut_ptr()) }
+        }
+    )*};
+}
+
+quantizers! {
+    Q8_0, 32, k_quantize_q8_0 => quantize_q8_0;
+    Q8_1, 32, k_quantize_q8_1 => quantize_q8_1;
+    Q8_K, 256, k_quantize_q8_k => quantize_q8_k;
+}

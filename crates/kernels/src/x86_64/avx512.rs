@@ -1,0 +1,211 @@
+//! AVX-512 (F, BW, VL) + VNNI kernels: `vpdpbusd` sums four `u8 · i8`
+//! products into each i32 lane without the 16-bit saturation of `maddubs`.
+//!
+//! Reachable only through [`super::AVX512`], handed out after detection.
+//! No native or QEMU execution exists on the build machines: the tests named
+//! `miri_avx512_*` run these kernels under Miri (see `.ci/isa-tests.sh`), so
+//! only intrinsics Miri implements are used here, and f16 scales are decoded
+//! in software.
+
+use crate::GgmlType;
+use crate::scalar::{k4_scales_mins, row_blocks};
+use core::arch::x86_64::*;
+use half::f16;
+
+#[inline(always)]
+unsafe fn fp16(p: *const u8) -> f32 {
+    // SAFETY: the caller passes two readable bytes.
+    f16::from_bits(unsafe { p.cast::<u16>().read_unaligned() }).to_f32_const()
+}
+
+#[inline(always)]
+unsafe fn f32_at(p: *const u8) -> f32 {
+    // SAFETY: the caller passes four readable bytes.
+    unsafe { p.cast::<f32>().read_unaligned() }
+}
+
+#[inline(always)]
+unsafe fn load256(p: *const u8) -> __m256i {
+    // SAFETY: the caller passes 32 readable bytes; unaligned load.
+    unsafe { _mm256_loadu_si256(p.cast()) }
+}
+
+/// Two 32-byte halves → one 64-byte vector.
+#[inline(always)]
+unsafe fn cat(lo: __m256i, hi: __m256i) -> __m512i {
+    // SAFETY: AVX-512F is enabled in every caller.
+    unsafe { _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi) }
+}
+
+/// Σ of four `w · a` per i32 lane for signed `w` (may be -128) and `a` ∈ [-127, 127].
+#[inline(always)]
+unsafe fn dot_signed(acc: __m512i, w: __m512i, a: __m512i) -> __m512i {
+    // SAFETY: AVX-512F/BW + VNNI are enabled in every caller.
+    unsafe {
+        let neg = _mm512_movepi8_mask(w);
+        let a = _mm512_mask_sub_epi8(a, neg, _mm512_setzero_si512(), a);
+        _mm512_dpbusd_epi32(acc, _mm512_abs_epi8(w), a)
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn k_q8_0(nb: usize, w: *const u8, a: *const u8) -> f32 {
+    // SAFETY: both rows hold `nb` 34-byte blocks (checked by the wrapper).
+    unsafe {
+        let mut acc = _mm512_setzero_ps();
+        let mut i = 0;
+        while i < nb {
+            // Two blocks per 64-byte vector; an odd last block pairs with zeros.
+            let two = i + 1 < nb;
+            let (x0, y0) = (w.add(34 * i), a.add(34 * i));
+            let (qx1, qy1, d1) = if two {
+                let (x1, y1) = (w.add(34 * (i + 1)), a.add(34 * (i + 1)));
+                (load256(x1.add(2)), load256(y1.add(2)), fp16(x1) * fp16(y1))
+            } else {
+                (_mm256_setzero_si256(), _mm256_setzero_si256(), 0.0)
+            };
+            let qx = cat(load256(x0.add(2)), qx1);
+            let qy = cat(load256(y0.add(2)), qy1);
+            let p = dot_signed(_mm512_setzero_si512(), qx, qy);
+            let d = _mm512_mask_blend_ps(
+                0xFF00,
+                _mm512_set1_ps(fp16(x0) * fp16(y0)),
+                _mm512_set1_ps(d1),
+            );
+            acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc);
+            i += 2;
+        }
+        _mm512_reduce_add_ps(acc)
+    }
+}
+
+/// Q4_K: 64 values (two sub-blocks of 32) per `vpdpbusd`; nibbles are unsigned.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn k_q4_k(nb: usize, w: *const u8, a: *const u8) -> f32 {
+    // SAFETY: both rows hold `nb` blocks (144 and 292 bytes), checked by the wrapper.
+    unsafe {
+        let m4 = _mm512_set1_epi8(0x0F);
+        let mut acc = _mm512_setzero_ps();
+        let mut summ = 0.0f32;
+        for i in 0..nb {
+            let (x, y) = (w.add(144 * i), a.add(292 * i));
+            let (scales, mins) = k4_scales_mins(&*x.add(4).cast::<[u8; 12]>());
+            let mut sumi = _mm512_setzero_si512();
+            for j in 0..4 {
+                let q = load256(x.add(16 + 32 * j));
+                let both = cat(q, q);
+                // Low nibbles for the first 32 values, high nibbles for the next 32.
+                let q = _mm512_and_si512(_mm512_mask_srli_epi16(both, 0xFFFF_0000, both, 4), m4);
+                let p = _mm512_dpbusd_epi32(
+                    _mm512_setzero_si512(),
+                    q,
+                    _mm512_loadu_si512(y.add(4 + 64 * j).cast()),
+                );
+                let sc = _mm512_mask_blend_epi32(
+                    0xFF00,
+                    _mm512_set1_epi32(scales[2 * j] as i32),
+                    _mm512_set1_epi32(scales[2 * j + 1] as i32),
+                );
+                sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(sc, p));
+            }
+            let dy = f32_at(y);
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(dy * fp16(x)), _mm512_cvtepi32_ps(sumi), acc);
+            let bsums = &y.add(260).cast::<[i16; 16]>().read_unaligned();
+            let msum: i32 = (0..8)
+                .map(|j| mins[j] as i32 * (bsums[2 * j] as i32 + bsums[2 * j + 1] as i32))
+                .sum();
+            summ += (dy * fp16(x.add(2))) * msum as f32;
+        }
+        _mm512_reduce_add_ps(acc) - summ
+    }
+}
+
+/// Q6_K: unsigned 6-bit quants against the activations, 64 values per
+/// `vpdpbusd`; the `-32` offset comes from the bsums once per block.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn k_q6_k(nb: usize, w: *const u8, a: *const u8) -> f32 {
+    // SAFETY: both rows hold `nb` blocks (210 and 292 bytes), checked by the wrapper.
+    unsafe {
+        let m4 = _mm512_set1_epi8(0x0F);
+        let m2 = _mm512_set1_epi8(0x30);
+        let mut acc = _mm512_setzero_ps();
+        for i in 0..nb {
+            let (x, y) = (w.add(210 * i), a.add(292 * i));
+            let sc = &*x.add(192).cast::<[i8; 16]>();
+            let bsums = &y.add(260).cast::<[i16; 16]>().read_unaligned();
+            let off: i32 = sc
+                .iter()
+                .zip(bsums)
+                .map(|(&s, &b)| s as i32 * b as i32)
+                .sum();
+            let mut sumi = _mm512_setzero_si512();
+            for half in 0..2 {
+                let ql = _mm512_loadu_si512(x.add(64 * half).cast());
+                let qh = load256(x.add(128 + 32 * half));
+                // High bits moved to bit 4..5: values 0..63 take qh<<4 and qh<<2,
+                // values 64..127 take qh and qh>>2.
+                let qh_a = cat(_mm256_slli_epi16::<4>(qh), _mm256_slli_epi16::<2>(qh));
+                let qh_b = cat(qh, _mm256_srli_epi16::<2>(qh));
+                let lo = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(qh_a, m2));
+                let hi = _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4),
+                    _mm512_and_si512(qh_b, m2),
+                );
+                for (k, q) in [lo, hi].into_iter().enumerate() {
+                    let q8 = _mm512_loadu_si512(y.add(4 + 128 * half + 64 * k).cast());
+                    let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, q8);
+                    // Four lanes (16 values) per scale.
+                    let s = 8 * half + 4 * k;
+                    let scale = _mm512_set_epi32(
+                        sc[s + 3] as i32,
+                        sc[s + 3] as i32,
+                        sc[s + 3] as i32,
+                        sc[s + 3] as i32,
+                        sc[s + 2] as i32,
+                        sc[s + 2] as i32,
+                        sc[s + 2] as i32,
+                        sc[s + 2] as i32,
+                        sc[s + 1] as i32,
+                        sc[s + 1] as i32,
+                        sc[s + 1] as i32,
+                        sc[s + 1] as i32,
+                        sc[s] as i32,
+                        sc[s] as i32,
+                        sc[s] as i32,
+                        sc[s] as i32,
+                    );
+                    sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(scale, p));
+                }
+            }
+            let d = f32_at(y) * fp16(x.add(208));
+            let sumi = _mm512_sub_epi32(
+                sumi,
+                _mm512_mask_set1_epi32(_mm512_setzero_si512(), 1, 32 * off),
+            );
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+        }
+        _mm512_reduce_add_ps(acc)
+    }
+}
+
+pub(crate) fn vec_dot_q8_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let nb = row_blocks(GgmlType::Q8_0, n, w);
+    row_blocks(GgmlType::Q8_0, n, a);
+    // SAFETY: both rows hold `nb` blocks (checked above); reachable only through the
+    // AVX512 table, handed out after AVX-512 F/BW/VL + VNNI were detected.
+    unsafe { k_q8_0(nb, w.as_ptr(), a.as_ptr()) }
+}
+
+pub(crate) fn vec_dot_q4_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let nb = row_blocks(GgmlType::Q4_K, n, w);
+    row_blocks(GgmlType::Q8_K, n, a);
+    // SAFETY: as for `vec_dot_q8_0`.
+    unsafe { k_q4_k(nb, w.as_ptr(), a.as_ptr()) }
+}
+
+pub(crate) fn vec_dot_q6_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let nb = row_blocks(GgmlType::Q6_K, n, w);
+    row_blocks(GgmlType::Q8_K, n, a);
+    // SAFETY: as for `vec_dot_q8_0`.
+    unsafe { k_q6_k(nb, w.as_ptr(), a.as_ptr()) }
+}

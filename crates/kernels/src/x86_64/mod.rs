@@ -1,0 +1,106 @@
+//! x86-64 kernels and their tables.
+//!
+//! [`AVX2`] replaces the scalar kernels with `avx2` ones where they exist;
+//! [`AVX512`] starts from [`AVX2`] (every AVX-512 VNNI CPU has AVX2) and
+//! replaces the Q8_0, Q4_K and Q6_K dot products with VNNI ones.
+
+pub(crate) mod avx2;
+pub(crate) mod avx512;
+
+use crate::GgmlType as T;
+use crate::isa::Isa;
+use crate::table::{QuantizeFn, TypeKernels, VecDotFn, VecDotX4Fn, scalar};
+
+/// `base` with the kernels given replaced, tagged with `isa`.
+const fn with(
+    base: TypeKernels,
+    isa: Isa,
+    q: Option<QuantizeFn>,
+    dot: Option<VecDotFn>,
+    x4: Option<VecDotX4Fn>,
+) -> TypeKernels {
+    let mut k = base;
+    k.isa = isa;
+    if let Some(q) = q {
+        k.quantize_activation = q;
+        k.simd.quantize = true;
+    }
+    if let Some(d) = dot {
+        k.vec_dot = d;
+        k.simd.vec_dot = true;
+    }
+    if let Some(x) = x4 {
+        k.vec_dot_x4 = Some(x);
+        k.simd.vec_dot_x4 = true;
+    }
+    k
+}
+
+const A: Isa = Isa::Avx2;
+const Q8_0: Option<QuantizeFn> = Some(avx2::quantize_q8_0);
+const Q8_1: Option<QuantizeFn> = Some(avx2::quantize_q8_1);
+const Q8_K: Option<QuantizeFn> = Some(avx2::quantize_q8_k);
+
+pub(crate) static AVX2: [TypeKernels; 13] = [
+    with(scalar(T::F32), A, None, Some(avx2::vec_dot_f32), None),
+    with(scalar(T::F16), A, None, Some(avx2::vec_dot_f16), None),
+    with(scalar(T::BF16), A, None, None, None),
+    with(
+        scalar(T::Q4_0),
+        A,
+        Q8_0,
+        Some(avx2::vec_dot_q4_0),
+        Some(avx2::vec_dot_x4_q4_0),
+    ),
+    with(scalar(T::Q4_1), A, Q8_1, Some(avx2::vec_dot_q4_1), None),
+    with(
+        scalar(T::Q5_0),
+        A,
+        Q8_0,
+        Some(avx2::vec_dot_q5_0),
+        Some(avx2::vec_dot_x4_q5_0),
+    ),
+    with(scalar(T::Q5_1), A, Q8_1, None, None),
+    with(
+        scalar(T::Q8_0),
+        A,
+        Q8_0,
+        Some(avx2::vec_dot_q8_0),
+        Some(avx2::vec_dot_x4_q8_0),
+    ),
+    with(scalar(T::Q2_K), A, Q8_K, None, None),
+    with(scalar(T::Q3_K), A, Q8_K, None, None),
+    with(
+        scalar(T::Q4_K),
+        A,
+        Q8_K,
+        Some(avx2::vec_dot_q4_k),
+        Some(avx2::vec_dot_x4_q4_k),
+    ),
+    with(scalar(T::Q5_K), A, Q8_K, Some(avx2::vec_dot_q5_k), None),
+    with(
+        scalar(T::Q6_K),
+        A,
+        Q8_K,
+        Some(avx2::vec_dot_q6_k),
+        Some(avx2::vec_dot_x4_q6_k),
+    ),
+];
+
+const V: Isa = Isa::Avx512Vnni;
+
+pub(crate) static AVX512: [TypeKernels; 13] = [
+    with(AVX2[0], V, None, None, None),
+    with(AVX2[1], V, None, None, None),
+    with(AVX2[2], V, None, None, None),
+    with(AVX2[3], V, None, None, None),
+    with(AVX2[4], V, None, None, None),
+    with(AVX2[5], V, None, None, None),
+    with(AVX2[6], V, None, None, None),
+    with(AVX2[7], V, None, Some(avx512::vec_dot_q8_0), None),
+    with(AVX2[8], V, None, None, None),
+    with(AVX2[9], V, None, None, None),
+    with(AVX2[10], V, None, Some(avx512::vec_dot_q4_k), None),
+    with(AVX2[11], V, None, None, None),
+    with(AVX2[12], V, None, Some(avx512::vec_dot_q6_k), None),
+];

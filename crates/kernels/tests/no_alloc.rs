@@ -1,0 +1,87 @@
+//! Once its scratch is sized, a matmul call allocates nothing (the
+//! per-token path must not touch the allocator): a counting global
+//! allocator proves it, for T = 1 and a tiled batch, serial and on rayon.
+
+use lamina_kernels::matmul::{Scratch, Weights, matmul};
+use lamina_kernels::pool::{Rayon, Serial, ThreadPool};
+use lamina_kernels::{GgmlType, kernels};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+struct Counting;
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; only counts calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: same contract as our caller's.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as our caller's.
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+#[test]
+fn matmul_does_not_allocate_once_scratch_is_sized() {
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_K] {
+        let k = kernels(ty).unwrap();
+        let (rows, cols, tokens) = (96, 512, 6);
+        let w = vec![0x11u8; rows * k.weight_row_bytes(cols)];
+        let x: Vec<f32> = (0..tokens * cols).map(|i| (i % 17) as f32 - 8.0).collect();
+        let mut y = vec![0f32; tokens * rows];
+        let mut scratch = Scratch::with_capacity(k, cols, tokens);
+        let wm = Weights {
+            kernels: k,
+            data: &w,
+            rows,
+            cols,
+        };
+        for pool in [&Serial as &dyn ThreadPool, &Rayon] {
+            for t in [1, tokens] {
+                // Warm-up: rayon starts its threads and their queues on first use.
+                for _ in 0..8 {
+                    matmul(
+                        &wm,
+                        &x[..t * cols],
+                        t,
+                        &mut y[..t * rows],
+                        &mut scratch,
+                        pool,
+                    )
+                    .unwrap();
+                }
+                let before = ALLOCS.load(Ordering::SeqCst);
+                for _ in 0..3 {
+                    matmul(
+                        &wm,
+                        &x[..t * cols],
+                        t,
+                        &mut y[..t * rows],
+                        &mut scratch,
+                        pool,
+                    )
+                    .unwrap();
+                }
+                let after = ALLOCS.load(Ordering::SeqCst);
+                assert_eq!(
+                    after,
+                    before,
+                    "{ty} T={t} on {}: {} allocations",
+                    pool.threads(),
+                    after - before
+                );
+            }
+        }
+    }
+}
