@@ -160,7 +160,7 @@ fn wrong_type(key: &'static str, expected: &'static str, found: &Value<'_>) -> T
     }
 }
 
-fn opt_str<'a>(g: &'a Gguf, key: &'static str) -> Result<Option<&'a str>> {
+fn opt_str<'a, D: AsRef<[u8]>>(g: &'a Gguf<D>, key: &'static str) -> Result<Option<&'a str>> {
     match g.get(key) {
         None => Ok(None),
         Some(v) => v
@@ -170,7 +170,7 @@ fn opt_str<'a>(g: &'a Gguf, key: &'static str) -> Result<Option<&'a str>> {
     }
 }
 
-fn opt_bool(g: &Gguf, key: &'static str) -> Result<Option<bool>> {
+fn opt_bool<D: AsRef<[u8]>>(g: &Gguf<D>, key: &'static str) -> Result<Option<bool>> {
     match g.get(key) {
         None => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(b)),
@@ -178,8 +178,8 @@ fn opt_bool(g: &Gguf, key: &'static str) -> Result<Option<bool>> {
     }
 }
 
-fn opt_array<'a>(
-    g: &'a Gguf,
+fn opt_array<'a, D: AsRef<[u8]>>(
+    g: &'a Gguf<D>,
     key: &'static str,
     elem: &[ValueType],
     expected: &'static str,
@@ -193,7 +193,7 @@ fn opt_array<'a>(
 
 impl Tokenizer {
     /// Build the tokenizer described by a GGUF file's `tokenizer.ggml.*` keys.
-    pub fn from_gguf(g: &Gguf) -> Result<Tokenizer> {
+    pub fn from_gguf<D: AsRef<[u8]>>(g: &Gguf<D>) -> Result<Tokenizer> {
         let model = g.get_str("tokenizer.ggml.model")?;
         let pre = opt_str(g, "tokenizer.ggml.pre")?.unwrap_or("");
 
@@ -827,7 +827,12 @@ fn fix_up_attrs(tokens: &StrTable, attrs: &mut [u32], sp: &mut SpecialTokens) ->
 }
 
 /// The per-model LSTRIP/RSTRIP attributes llama.cpp sets by name.
-fn set_attrs_by_name(g: &Gguf, tokens: &StrTable, attrs: &mut [u32], cache: &[u32]) -> Result<()> {
+fn set_attrs_by_name<D: AsRef<[u8]>>(
+    g: &Gguf<D>,
+    tokens: &StrTable,
+    attrs: &mut [u32],
+    cache: &[u32],
+) -> Result<()> {
     let name = opt_str(g, "general.name")?
         .unwrap_or("")
         .to_ascii_lowercase();
