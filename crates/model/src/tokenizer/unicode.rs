@@ -3,7 +3,8 @@
 //!
 //! llama.cpp classifies codepoints with a table generated from UnicodeData.txt
 //! (`unicode-data.cpp`); we derive the same flags from the general category
-//! (Unicode 16) and `char::is_whitespace`, which is the same White_Space set.
+//! (Unicode 16, less the codepoints new in 16 that llama.cpp's Unicode 15.1
+//! table does not know) and `char::is_whitespace`, the same White_Space set.
 
 use unicode_general_category::{GeneralCategory as Gc, get_general_category};
 
@@ -45,6 +46,59 @@ impl Flags {
     }
 }
 
+/// Codepoints assigned in Unicode 16 (the crate's version) that llama.cpp's
+/// table, generated from Unicode 15.1, still has as unassigned. Derived by
+/// `flags_match_llama_cpp_table`, which checks every codepoint.
+const NEW_IN_UNICODE_16: &[(u32, u32)] = &[
+    (0x00897, 0x00897),
+    (0x01B4E, 0x01B4F),
+    (0x01B7F, 0x01B7F),
+    (0x01C89, 0x01C8A),
+    (0x02427, 0x02429),
+    (0x031E4, 0x031E5),
+    (0x0A7CB, 0x0A7CD),
+    (0x0A7DA, 0x0A7DC),
+    (0x105C0, 0x105F3),
+    (0x10D40, 0x10D65),
+    (0x10D69, 0x10D85),
+    (0x10D8E, 0x10D8F),
+    (0x10EC2, 0x10EC4),
+    (0x10EFC, 0x10EFC),
+    (0x11380, 0x11389),
+    (0x1138B, 0x1138B),
+    (0x1138E, 0x1138E),
+    (0x11390, 0x113B5),
+    (0x113B7, 0x113C0),
+    (0x113C2, 0x113C2),
+    (0x113C5, 0x113C5),
+    (0x113C7, 0x113CA),
+    (0x113CC, 0x113D5),
+    (0x113D7, 0x113D8),
+    (0x113E1, 0x113E2),
+    (0x116D0, 0x116E3),
+    (0x11BC0, 0x11BE1),
+    (0x11BF0, 0x11BF9),
+    (0x11F5A, 0x11F5A),
+    (0x13460, 0x143FA),
+    (0x16100, 0x16139),
+    (0x16D40, 0x16D79),
+    (0x18CFF, 0x18CFF),
+    (0x1CC00, 0x1CCF9),
+    (0x1CD00, 0x1CEB3),
+    (0x1E5D0, 0x1E5FA),
+    (0x1E5FF, 0x1E5FF),
+    (0x1F8B2, 0x1F8BB),
+    (0x1F8C0, 0x1F8C1),
+    (0x1FA89, 0x1FA89),
+    (0x1FA8F, 0x1FA8F),
+    (0x1FABE, 0x1FABE),
+    (0x1FAC6, 0x1FAC6),
+    (0x1FADC, 0x1FADC),
+    (0x1FADF, 0x1FADF),
+    (0x1FAE9, 0x1FAE9),
+    (0x1FBCB, 0x1FBEF),
+];
+
 /// Flags of one codepoint, as `unicode_cpt_flags_from_cpt`.
 pub(crate) fn flags(cpt: u32) -> Flags {
     let Some(c) = char::from_u32(cpt) else {
@@ -57,6 +111,20 @@ pub(crate) fn flags(cpt: u32) -> Flags {
             Flags::UNDEFINED
         });
     };
+    let newer = NEW_IN_UNICODE_16
+        .binary_search_by(|&(lo, hi)| {
+            if hi < cpt {
+                std::cmp::Ordering::Less
+            } else if lo > cpt {
+                std::cmp::Ordering::Greater
+            } else {
+                std::cmp::Ordering::Equal
+            }
+        })
+        .is_ok();
+    if newer {
+        return Flags(Flags::UNDEFINED);
+    }
     let cat = match get_general_category(c) {
         Gc::Unassigned => Flags::UNDEFINED,
         Gc::Control | Gc::Format | Gc::PrivateUse | Gc::Surrogate => Flags::CONTROL,
@@ -232,5 +300,53 @@ mod tests {
         assert_eq!(flags(0xE000).category(), Flags::CONTROL);
         assert_eq!(flags(0x200D).category(), Flags::CONTROL);
         assert_eq!(flags(0x301).category(), Flags::ACCENT_MARK);
+    }
+
+    /// Every codepoint's flags against llama.cpp's generated table
+    /// (extracted verbatim into testdata), so a Unicode-version drift
+    /// between the crate and llama.cpp shows up here.
+    #[test]
+    fn flags_match_llama_cpp_table() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../testdata/tokenizer/llama-cpp-unicode-flags.txt"
+        );
+        let text = std::fs::read_to_string(path).expect("read llama-cpp-unicode-flags.txt");
+        let mut ranges = Vec::new();
+        let mut ws = Vec::new();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let (a, b) = line.split_once(' ').unwrap();
+            if a == "ws" {
+                ws.push(u32::from_str_radix(b, 16).unwrap());
+            } else {
+                ranges.push((
+                    u32::from_str_radix(a, 16).unwrap(),
+                    u16::from_str_radix(b, 16).unwrap(),
+                ));
+            }
+        }
+        let mut bad = Vec::new();
+        for w in ranges.windows(2) {
+            for cpt in w[0].0..w[1].0 {
+                let want = w[0].1
+                    | if ws.contains(&cpt) {
+                        Flags::WHITESPACE
+                    } else {
+                        0
+                    };
+                let got = flags(cpt).0;
+                if got != want {
+                    bad.push(format!(
+                        "U+{cpt:04X}: llama.cpp {want:#06x}, ours {got:#06x}"
+                    ));
+                }
+            }
+        }
+        assert!(
+            bad.is_empty(),
+            "{} codepoints differ:\n{}",
+            bad.len(),
+            bad[..bad.len().min(40)].join("\n")
+        );
     }
 }
