@@ -75,11 +75,11 @@ impl Bpe<'_> {
         if word.is_empty() {
             return;
         }
-        if self.ignore_merges {
-            if let Some(id) = self.tokens.find(word) {
-                out.push(id);
-                return;
-            }
+        if self.ignore_merges
+            && let Some(id) = self.tokens.find(word)
+        {
+            out.push(id);
+            return;
         }
 
         s.symbols.clear();

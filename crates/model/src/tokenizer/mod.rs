@@ -139,6 +139,9 @@ pub struct Tokenizer {
     special_finder: OnceLock<Option<AhoCorasick>>,
 }
 
+/// Picks one id field of [`SpecialTokens`].
+type SlotFn = fn(&mut SpecialTokens) -> &mut Option<u32>;
+
 /// Type ids of `tokenizer.ggml.token_type` (llama.cpp's `llama_token_type`).
 fn type_to_attr(t: i64) -> u32 {
     match t {
@@ -279,10 +282,19 @@ impl Tokenizer {
                     n_vocab: n,
                 });
             }
+            // Read the little-endian words directly: decoding 262k values
+            // one by one is a noticeable part of loading.
             Some(a) => {
-                let mut v = a.to_f32_vec().unwrap_or_default();
-                v.truncate(n);
-                v
+                let raw = a.raw_scalars().unwrap_or_default();
+                let words = raw
+                    .chunks_exact(4)
+                    .take(n)
+                    .map(|w| [w[0], w[1], w[2], w[3]]);
+                if a.elem_type() == ValueType::F32 {
+                    words.map(f32::from_le_bytes).collect()
+                } else {
+                    words.map(|w| i32::from_le_bytes(w) as f32).collect()
+                }
             }
         };
         const TYPES: &str = "tokenizer.ggml.token_type";
@@ -296,9 +308,11 @@ impl Tokenizer {
                 });
             }
             Some(a) => a
-                .iter()
+                .raw_scalars()
+                .unwrap_or_default()
+                .chunks_exact(4)
                 .take(n)
-                .map(|v| type_to_attr(v.as_integer().unwrap_or(0) as i64))
+                .map(|w| type_to_attr(i64::from(i32::from_le_bytes([w[0], w[1], w[2], w[3]]))))
                 .collect(),
         };
 
@@ -355,7 +369,7 @@ impl Tokenizer {
             Ok(Some(id as u32))
         };
         // Later keys override earlier ones (the deprecated FIM names last).
-        let keys: [(&'static str, fn(&mut SpecialTokens) -> &mut Option<u32>); 17] = [
+        let keys: [(&'static str, SlotFn); 17] = [
             ("tokenizer.ggml.bos_token_id", |s| &mut s.bos),
             ("tokenizer.ggml.eos_token_id", |s| &mut s.eos),
             ("tokenizer.ggml.eot_token_id", |s| &mut s.eot),
@@ -673,11 +687,11 @@ fn fix_up_attrs(tokens: &StrTable, attrs: &mut [u32], sp: &mut SpecialTokens) ->
     // reproducible; we take the lowest id. Only vocabularies holding two of
     // the names of one list can tell the difference.
     let detect = |slot: &mut Option<u32>, names: &[&str], attrs: &mut [u32]| {
-        if slot.is_none() {
-            if let Some(&id) = find_all(names).first() {
-                *slot = Some(id);
-                attrs[id as usize] |= attr::CONTROL;
-            }
+        if slot.is_none()
+            && let Some(&id) = find_all(names).first()
+        {
+            *slot = Some(id);
+            attrs[id as usize] |= attr::CONTROL;
         }
     };
     detect(
@@ -810,18 +824,18 @@ fn fix_up_attrs(tokens: &StrTable, attrs: &mut [u32], sp: &mut SpecialTokens) ->
     // o200k_harmony / solar-open: "<|end|>" is not end-of-generation there.
     let end = has(&eog, b"<|end|>");
     let call = has(&eog, b"<|call|>").or(has(&eog, b"<|calls|>"));
-    if let (Some(end), Some(_)) = (end, call) {
-        if has(&eog, b"<|return|>").is_some() || has(&eog, b"<|flush|>").is_some() {
-            eog.retain(|&id| id != end);
-            attrs[end as usize] = attr::USER_DEFINED;
-        }
+    if let (Some(end), Some(_)) = (end, call)
+        && (has(&eog, b"<|return|>").is_some() || has(&eog, b"<|flush|>").is_some())
+    {
+        eog.retain(|&id| id != end);
+        attrs[end as usize] = attr::USER_DEFINED;
     }
     // gemma4 and plamo have an ordinary "</s>".
-    if let Some(s) = has(&eog, b"</s>") {
-        if has(&eog, b"<|tool_response>").is_some() || has(&eog, b"<|plamo:eos|>").is_some() {
-            eog.retain(|&id| id != s);
-            attrs[s as usize] = attr::NORMAL;
-        }
+    if let Some(s) = has(&eog, b"</s>")
+        && (has(&eog, b"<|tool_response>").is_some() || has(&eog, b"<|plamo:eos|>").is_some())
+    {
+        eog.retain(|&id| id != s);
+        attrs[s as usize] = attr::NORMAL;
     }
     eog
 }

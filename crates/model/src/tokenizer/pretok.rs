@@ -170,24 +170,24 @@ fn collapse_regex(expr: &str) -> Result<String, String> {
             i += 1;
             continue;
         }
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1] == b'p' && b[i + 2] == b'{' {
-            if let Some(close) = expr[i + 3..].find('}').map(|c| c + i + 3) {
-                if close <= i + 10 {
-                    let pat = &expr[i..=close];
-                    if let Some(&(_, cat)) = UCATS.iter().find(|(p, _)| *p == pat) {
-                        if !inside {
-                            out.push('[');
-                        }
-                        out.push(collapsed_char(cat));
-                        out.push_str(ascii_members(cat));
-                        if !inside {
-                            out.push(']');
-                        }
-                        i = close + 1;
-                        continue;
-                    }
-                }
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1] == b'p'
+            && b[i + 2] == b'{'
+            && let Some(close) = expr[i + 3..].find('}').map(|c| c + i + 3)
+            && close <= i + 10
+            && let Some(&(_, cat)) = UCATS.iter().find(|(p, _)| *p == &expr[i..=close])
+        {
+            if !inside {
+                out.push('[');
             }
+            out.push(collapsed_char(cat));
+            out.push_str(ascii_members(cat));
+            if !inside {
+                out.push(']');
+            }
+            i = close + 1;
+            continue;
         }
         out.push(char::from(b[i]));
         i += 1;
