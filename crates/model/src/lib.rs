@@ -1,2 +1,3 @@
 //! Tokenizers, forward passes and sampling.
 #![forbid(unsafe_code)]
+pub mod tokenizer;
