@@ -1,2 +1,4 @@
 //! Tokenizers, forward passes and sampling.
 #![forbid(unsafe_code)]
+
+pub mod convert;
