@@ -436,7 +436,7 @@ impl Model {
             };
             if let Some(h) = heads {
                 let h = h as usize;
-                if h == 0 || rows % (2 * h) != 0 {
+                if h == 0 || !rows.is_multiple_of(2 * h) {
                     return Err(Error::Tensor(format!(
                         "tensor {hf} has {rows} rows, which do not split into {h} heads of rotary pairs: \
                          check num_attention_heads / num_key_value_heads in config.json"
@@ -454,7 +454,9 @@ impl Model {
                 GgmlType::F32
             } else {
                 match out {
-                    OutType::Quant(q) if shape[0] % q.block_size() as u64 != 0 => GgmlType::F16,
+                    OutType::Quant(q) if !shape[0].is_multiple_of(q.block_size() as u64) => {
+                        GgmlType::F16
+                    }
                     o => o.ggml_type(),
                 }
             };
@@ -783,24 +785,25 @@ fn fill_defaults(arch: Arch, h: &mut Map<String, Value>) {
             default("rope_scaling", Value::Null);
         }
     }
-    if arch == Arch::Llama && !h.contains_key("num_key_value_heads") {
-        if let Some(n) = h.get("num_attention_heads").cloned() {
-            h.insert("num_key_value_heads".into(), n);
-        }
+    if arch == Arch::Llama
+        && !h.contains_key("num_key_value_heads")
+        && let Some(n) = h.get("num_attention_heads").cloned()
+    {
+        h.insert("num_key_value_heads".into(), n);
     }
-    if arch == Arch::Llama && !h.contains_key("head_dim") {
-        if let (Some(hid), Some(n)) = (get_u64(h, "hidden_size"), get_u64(h, "num_attention_heads"))
-        {
-            if n > 0 {
-                h.insert("head_dim".into(), Value::from(hid / n));
-            }
-        }
+    if arch == Arch::Llama
+        && !h.contains_key("head_dim")
+        && let (Some(hid), Some(n)) = (get_u64(h, "hidden_size"), get_u64(h, "num_attention_heads"))
+        && n > 0
+    {
+        h.insert("head_dim".into(), Value::from(hid / n));
     }
     // Gemma3TextConfig halves the sliding window of bidirectional models
     // (transformers#40700); the EmbeddingGemma path writes the original back.
-    if arch.is_gemma() && h.get("use_bidirectional_attention") == Some(&Value::Bool(true)) {
-        if let Some(sw) = get_u64(h, "sliding_window") {
-            h.insert("sliding_window".into(), Value::from(sw / 2 + 1));
-        }
+    if arch.is_gemma()
+        && h.get("use_bidirectional_attention") == Some(&Value::Bool(true))
+        && let Some(sw) = get_u64(h, "sliding_window")
+    {
+        h.insert("sliding_window".into(), Value::from(sw / 2 + 1));
     }
 }

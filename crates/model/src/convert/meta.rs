@@ -528,7 +528,7 @@ pub fn write_general(b: &mut GgufBuilder, dir: &Path, total_params: u64) -> Resu
     }
 
     // Sampling defaults from generation_config.json.
-    if let Some(Value::Object(gen_cfg)) = read_json(&dir.join("generation_config.json")).ok() {
+    if let Ok(Value::Object(gen_cfg)) = read_json(&dir.join("generation_config.json")) {
         let f = |k: &str| {
             gen_cfg
                 .get(k)

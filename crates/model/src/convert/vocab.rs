@@ -390,26 +390,25 @@ fn special_vocab(
     };
     let mut added_tokens: Vec<Value> = Vec::new();
     if let Some(tok) = &tok {
-        if load_merges {
-            if let Some(Value::Array(m)) = tok.get("model").and_then(|m| m.get("merges")) {
-                for e in m {
-                    match e {
-                        Value::String(s) => merges.push(s.clone()),
-                        Value::Array(pair) if pair.len() == 2 => {
-                            let enc = |v: &Value| -> String {
-                                v.as_str()
-                                    .unwrap_or("")
-                                    .chars()
-                                    .map(|c| if c == ' ' { '\u{120}' } else { c })
-                                    .collect()
-                            };
-                            merges.push(format!("{} {}", enc(&pair[0]), enc(&pair[1])));
-                        }
-                        _ => {
-                            return Err(Error::Tokenizer(
-                                "tokenizer.json: unknown merges format".into(),
-                            ));
-                        }
+        if load_merges && let Some(Value::Array(m)) = tok.get("model").and_then(|m| m.get("merges"))
+        {
+            for e in m {
+                match e {
+                    Value::String(s) => merges.push(s.clone()),
+                    Value::Array(pair) if pair.len() == 2 => {
+                        let enc = |v: &Value| -> String {
+                            v.as_str()
+                                .unwrap_or("")
+                                .chars()
+                                .map(|c| if c == ' ' { '\u{120}' } else { c })
+                                .collect()
+                        };
+                        merges.push(format!("{} {}", enc(&pair[0]), enc(&pair[1])));
+                    }
+                    _ => {
+                        return Err(Error::Tokenizer(
+                            "tokenizer.json: unknown merges format".into(),
+                        ));
                     }
                 }
             }
