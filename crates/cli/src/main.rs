@@ -2,6 +2,7 @@
 //! this file parses arguments, sets up logging and reports errors.
 #![forbid(unsafe_code)]
 
+mod convert;
 mod inspect;
 mod models;
 
@@ -27,6 +28,8 @@ struct Cli {
 enum Command {
     /// Show a GGUF file's header, metadata and tensors.
     Inspect(inspect::Args),
+    /// Convert a Hugging Face checkpoint folder (safetensors) to GGUF.
+    Convert(convert::Args),
 }
 
 fn main() -> ExitCode {
@@ -34,6 +37,7 @@ fn main() -> ExitCode {
     init_logging(cli.verbose);
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),
+        Command::Convert(args) => convert::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,390 @@
+//! Hugging Face checkpoint → GGUF conversion: a port of llama.cpp's
+//! `convert_hf_to_gguf.py` for the architectures Lamina runs.
+//!
+//! [`convert`] reads `config.json`, picks the architecture, plans every
+//! output tensor (name, shape, type) from the safetensors headers, builds the
+//! metadata (general.*, hyper-parameters, tokenizer) and then streams each
+//! tensor from the memory-mapped safetensors files through the element
+//! conversion into a [`lamina_gguf::TensorWriter`], a bounded chunk at a time.
+//! The output is written to `OUT.tmp` and renamed at the end, so a failed run
+//! never leaves a half-written file behind.
+
+mod arch;
+pub mod floats;
+mod meta;
+mod source;
+pub mod spm;
+mod vocab;
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use lamina_gguf::{GgmlType, GgufBuilder, OwnedValue};
+
+pub use arch::Arch;
+use source::{Sources, TensorRef};
+
+/// Errors from [`convert`]; each names what was wrong and, where it can,
+/// what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: invalid JSON: {source}")]
+    Json {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{0}")]
+    Config(String),
+    #[error(
+        "unsupported architecture {0:?}: lamina convert handles Gemma3TextModel (EmbeddingGemma), \
+         Gemma3ForCausalLM and LlamaForCausalLM"
+    )]
+    UnknownArch(String),
+    #[error("{0}")]
+    Tensor(String),
+    #[error("{0}")]
+    Tokenizer(String),
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("writing GGUF: {0}")]
+    Gguf(#[from] lamina_gguf::Error),
+}
+
+/// Result alias for conversion.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The tensor type requested for the file (`--type`); 1-D tensors and norms
+/// stay f32 whatever is asked, as in the Python converter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutType {
+    F32,
+    F16,
+    Bf16,
+    /// A block-quantized type, produced through `lamina_quant`.
+    Quant(GgmlType),
+}
+
+impl OutType {
+    /// Parses a `--type` name: f32, f16, bf16 or a ggml block type (q8_0, ...).
+    pub fn parse(name: &str) -> Result<Self> {
+        match name.to_ascii_lowercase().as_str() {
+            "f32" => Ok(OutType::F32),
+            "f16" => Ok(OutType::F16),
+            "bf16" => Ok(OutType::Bf16),
+            other => match GgmlType::from_name(&other.to_ascii_uppercase())
+                .or_else(|| GgmlType::from_name(other))
+            {
+                Some(t) if t.is_quantized() => Ok(OutType::Quant(t)),
+                _ => Err(Error::Unsupported(format!(
+                    "unknown output type {name:?}: use f32, f16, bf16 or a block type such as q8_0"
+                ))),
+            },
+        }
+    }
+
+    fn ggml_type(self) -> GgmlType {
+        match self {
+            OutType::F32 => GgmlType::F32,
+            OutType::F16 => GgmlType::F16,
+            OutType::Bf16 => GgmlType::BF16,
+            OutType::Quant(t) => t,
+        }
+    }
+
+    /// `general.file_type` (llama.cpp's `LlamaFileType`).
+    fn file_type(self) -> Result<u32> {
+        Ok(match self.ggml_type() {
+            GgmlType::F32 => 0,
+            GgmlType::F16 => 1,
+            GgmlType::Q4_0 => 2,
+            GgmlType::Q4_1 => 3,
+            GgmlType::Q8_0 => 7,
+            GgmlType::Q5_0 => 8,
+            GgmlType::Q5_1 => 9,
+            GgmlType::Q2_K => 10,
+            GgmlType::Q4_K => 15,
+            GgmlType::Q5_K => 17,
+            GgmlType::Q6_K => 18,
+            GgmlType::BF16 => 32,
+            t => {
+                return Err(Error::Unsupported(format!(
+                    "no llama.cpp file type for {}",
+                    t.name()
+                )));
+            }
+        })
+    }
+}
+
+/// What to convert and where to.
+#[derive(Clone, Debug)]
+pub struct ConvertOptions {
+    /// The Hugging Face model folder (config.json, *.safetensors, tokenizer files).
+    pub input: PathBuf,
+    /// The GGUF file to write.
+    pub output: PathBuf,
+    pub out_type: OutType,
+    /// Include sentence-transformers Dense modules (`2_Dense/`, `3_Dense/`)
+    /// for EmbeddingGemma, like `--sentence-transformers-dense-modules`.
+    pub dense_modules: bool,
+}
+
+/// Progress reports from [`convert`].
+#[derive(Clone, Debug)]
+pub enum Progress<'a> {
+    /// The plan is made: this many tensors and data bytes will be written.
+    Start { n_tensors: usize, total_bytes: u64 },
+    /// A tensor is about to be written.
+    Tensor {
+        name: &'a str,
+        ggml_type: GgmlType,
+        shape: &'a [u64],
+    },
+    /// This many more data bytes were written.
+    Bytes(u64),
+}
+
+/// What [`convert`] wrote.
+#[derive(Clone, Debug)]
+pub struct Summary {
+    pub arch: &'static str,
+    pub n_tensors: usize,
+    pub n_metadata: usize,
+    pub data_bytes: u64,
+    pub total_params: u64,
+}
+
+/// How one output tensor is made from a source tensor.
+#[derive(Clone, Debug)]
+pub(crate) struct Job {
+    pub src: TensorRef,
+    pub name: String,
+    /// GGUF shape (ne0 first).
+    pub shape: Vec<u64>,
+    pub ggml_type: GgmlType,
+    /// Keep only the first `rows` rows of the source (vocabulary trimming).
+    pub rows: usize,
+    /// Added to every element (Gemma's `1 + w` norms).
+    pub shift: f32,
+    /// Llama's rotary permutation: the number of heads to regroup rows by.
+    pub permute_heads: Option<usize>,
+}
+
+/// Converts a Hugging Face checkpoint folder to a GGUF file.
+pub fn convert(opts: &ConvertOptions, progress: &mut dyn FnMut(Progress<'_>)) -> Result<Summary> {
+    let dir = &opts.input;
+    if !dir.is_dir() {
+        return Err(Error::Config(format!(
+            "{} is not a folder: pass the Hugging Face model folder (the one holding config.json)",
+            dir.display()
+        )));
+    }
+    let model = arch::Model::load(dir, opts)?;
+    let sources = Sources::open(dir, &model, opts)?;
+    let vocab = vocab::build(dir, &model)?;
+    let jobs = model.plan(&sources, &vocab, opts.out_type)?;
+
+    let mut builder = GgufBuilder::new();
+    builder.set(
+        "general.architecture",
+        OwnedValue::string(model.arch.name()),
+    )?;
+    builder.set("general.type", OwnedValue::string("model"))?;
+    let total_params: u64 = jobs.iter().map(|j| j.shape.iter().product::<u64>()).sum();
+    meta::write_general(&mut builder, dir, total_params)?;
+    model.write_params(&mut builder, opts.out_type.file_type()?)?;
+    builder.set("general.quantization_version", OwnedValue::U32(2))?;
+    vocab.write(&mut builder, &model)?;
+
+    for job in &jobs {
+        builder.add_tensor(job.name.clone(), job.ggml_type, &job.shape)?;
+    }
+    let n_metadata = builder.metadata().len();
+    let total_bytes: u64 = builder.tensors().iter().map(|t| t.n_bytes).sum();
+    progress(Progress::Start {
+        n_tensors: jobs.len(),
+        total_bytes,
+    });
+
+    let tmp = tmp_path(&opts.output);
+    let result = write_file(&tmp, builder, &jobs, &sources, progress);
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    std::fs::rename(&tmp, &opts.output).map_err(io_err(&opts.output))?;
+    Ok(Summary {
+        arch: model.arch.name(),
+        n_tensors: jobs.len(),
+        n_metadata,
+        data_bytes: total_bytes,
+        total_params,
+    })
+}
+
+fn tmp_path(out: &Path) -> PathBuf {
+    let mut s = out.as_os_str().to_os_string();
+    s.push(".tmp");
+    PathBuf::from(s)
+}
+
+fn write_file(
+    tmp: &Path,
+    builder: GgufBuilder,
+    jobs: &[Job],
+    sources: &Sources,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<()> {
+    let file = File::create(tmp).map_err(io_err(tmp))?;
+    let mut w = builder.write_header(BufWriter::with_capacity(1 << 20, file))?;
+    let mut out = Vec::new();
+    let mut vals = Vec::new();
+    for job in jobs {
+        progress(Progress::Tensor {
+            name: &job.name,
+            ggml_type: job.ggml_type,
+            shape: &job.shape,
+        });
+        let src = sources.get(&job.src);
+        let row_len = src.row_len();
+        // Whole rows at a time, about 4 M elements per chunk.
+        let rows_per_chunk = (4usize << 20).div_ceil(row_len.max(1)).max(1);
+        let mut row = 0;
+        while row < job.rows {
+            let n = rows_per_chunk.min(job.rows - row);
+            vals.clear();
+            for r in row..row + n {
+                src.read_row(source_row(job, r), &mut vals)?;
+            }
+            if job.shift != 0.0 {
+                let through_f16 = src.is_f16();
+                for v in &mut vals {
+                    *v += job.shift;
+                    if through_f16 {
+                        *v = floats::round_through_f16(*v);
+                    }
+                }
+            }
+            encode(job, &vals, &mut out)?;
+            w.write_chunk(&out)?;
+            progress(Progress::Bytes(out.len() as u64));
+            row += n;
+        }
+    }
+    let mut file = w.finish()?;
+    file.flush().map_err(io_err(tmp))?;
+    file.into_inner()
+        .map_err(|e| Error::Io {
+            path: tmp.to_path_buf(),
+            source: e.into_error(),
+        })?
+        .sync_all()
+        .map_err(io_err(tmp))?;
+    Ok(())
+}
+
+/// The source row that output row `r` comes from: the inverse of
+/// `w.reshape(n_head, 2, rows/n_head/2, ...).swapaxes(1, 2)`.
+fn source_row(job: &Job, r: usize) -> usize {
+    match job.permute_heads {
+        None => r,
+        Some(n_head) => {
+            let per_head = job.rows / n_head;
+            let half = per_head / 2;
+            let (h, within) = (r / per_head, r % per_head);
+            let (j, i) = (within / 2, within % 2);
+            h * per_head + i * half + j
+        }
+    }
+}
+
+fn encode(job: &Job, vals: &[f32], out: &mut Vec<u8>) -> Result<()> {
+    out.clear();
+    match job.ggml_type {
+        GgmlType::F32 => {
+            out.reserve(vals.len() * 4);
+            for v in vals {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        GgmlType::F16 => {
+            out.reserve(vals.len() * 2);
+            for &v in vals {
+                out.extend_from_slice(&floats::f32_to_f16_bits(v).to_le_bytes());
+            }
+        }
+        GgmlType::BF16 => {
+            out.reserve(vals.len() * 2);
+            for &v in vals {
+                out.extend_from_slice(&floats::f32_to_bf16_bits(v).to_le_bytes());
+            }
+        }
+        t => return quantize(t, vals, out),
+    }
+    Ok(())
+}
+
+/// Block types are produced by `lamina_quant::quantize_row` once the quant
+/// crate provides it.
+fn quantize(t: GgmlType, _vals: &[f32], _out: &mut Vec<u8>) -> Result<()> {
+    Err(Error::Unsupported(format!(
+        "--type {}: not yet supported: needs lamina-quant (use f32, f16 or bf16)",
+        t.name().to_ascii_lowercase()
+    )))
+}
+
+/// Checks up front that a block type can be produced, so the error comes
+/// before anything is written.
+pub(crate) fn check_out_type(t: OutType) -> Result<()> {
+    match t {
+        OutType::Quant(q) => quantize(q, &[], &mut Vec::new()),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permutation_matches_numpy() {
+        // n_head = 2, 8 rows: reshape(2, 2, 2).swapaxes(1, 2) per head.
+        let job = Job {
+            src: TensorRef::default(),
+            name: String::new(),
+            shape: vec![1, 8],
+            ggml_type: GgmlType::F32,
+            rows: 8,
+            shift: 0.0,
+            permute_heads: Some(2),
+        };
+        let rows: Vec<usize> = (0..8).map(|r| source_row(&job, r)).collect();
+        assert_eq!(rows, [0, 2, 1, 3, 4, 6, 5, 7]);
+    }
+
+    #[test]
+    fn out_type_names() {
+        assert_eq!(OutType::parse("f32").unwrap(), OutType::F32);
+        assert_eq!(OutType::parse("BF16").unwrap(), OutType::Bf16);
+        assert_eq!(
+            OutType::parse("q8_0").unwrap(),
+            OutType::Quant(GgmlType::Q8_0)
+        );
+        assert!(OutType::parse("f64").is_err());
+    }
+}
