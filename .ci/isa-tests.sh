@@ -12,7 +12,7 @@
 # target, a nightly with Miri), then fails on the first failing step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/work/target-kernels}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target/isa}"
 
 setup() {
     if ! command -v qemu-aarch64 >/dev/null || ! command -v aarch64-linux-gnu-gcc >/dev/null \
