@@ -82,6 +82,7 @@ fn bench(c: &mut Criterion) {
     ] {
         let k = kernels(ty).unwrap();
         for &(rows, cols) in &shapes {
+            let (rows, cols): (usize, usize) = (rows, cols);
             // K-quants need rows that are whole 256-element blocks; llama.cpp
             // stores such tensors in another type, and so do we.
             if !cols.is_multiple_of(ty.block_size()) {
