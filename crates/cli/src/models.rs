@@ -4,17 +4,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
 
-/// The models directory: `LAMINA_MODELS`, else `~/.cache/lamina/models`.
-pub fn models_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("LAMINA_MODELS") {
-        return PathBuf::from(dir);
-    }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    home.join(".cache/lamina/models")
-}
-
 /// Resolves a model argument: an existing path, or a file name (with or
 /// without `.gguf`) inside the models directory.
 pub fn resolve(model: &str) -> Result<PathBuf> {
@@ -22,7 +11,7 @@ pub fn resolve(model: &str) -> Result<PathBuf> {
     if direct.exists() {
         return Ok(direct.to_path_buf());
     }
-    let dir = models_dir();
+    let dir = lamina_gguf::models_dir();
     for candidate in [dir.join(model), dir.join(format!("{model}.gguf"))] {
         if candidate.is_file() {
             return Ok(candidate);

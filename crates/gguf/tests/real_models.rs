@@ -7,11 +7,7 @@ use std::path::PathBuf;
 use lamina_gguf::{GgmlType, Gguf};
 
 fn model(name: &str) -> PathBuf {
-    let dir = std::env::var_os("LAMINA_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/lamina/models")
-        });
+    let dir = lamina_gguf::models_dir();
     let path = dir.join(name);
     assert!(
         path.exists(),

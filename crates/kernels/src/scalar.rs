@@ -542,6 +542,7 @@ pub fn vec_dot_bf16(n: usize, w: &[u8], a: &[u8]) -> f32 {
 }
 
 /// Decodes a row of any supported type (the reference for tolerances in tests).
-pub fn dequantize(ty: GgmlType, bytes: &[u8], out: &mut [f32]) {
+#[cfg(test)]
+pub(crate) fn dequantize(ty: GgmlType, bytes: &[u8], out: &mut [f32]) {
     lamina_quant::dequantize_row(ty, bytes, out).expect("supported, whole, aligned row");
 }

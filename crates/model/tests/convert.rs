@@ -10,13 +10,7 @@ use serde_json::{Value as Json, json};
 use sha2::{Digest, Sha256};
 
 fn models_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("LAMINA_MODELS") {
-        return PathBuf::from(dir);
-    }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    home.join(".cache/lamina/models")
+    lamina_gguf::models_dir()
 }
 
 /// The EmbeddingGemma checkpoint folder; fails (never skips) when missing.

@@ -14,11 +14,7 @@ const GEMMA: &str = "gemma-3-270m-Q4_K_M.gguf";
 const SMOLLM: &str = "SmolLM2-135M-Instruct-Q4_1.gguf";
 
 fn model(name: &str) -> PathBuf {
-    let dir = std::env::var_os("LAMINA_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/lamina/models")
-        });
+    let dir = lamina_gguf::models_dir();
     let path = dir.join(name);
     assert!(
         path.exists(),

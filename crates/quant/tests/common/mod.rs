@@ -5,13 +5,7 @@ use std::path::PathBuf;
 
 /// The directory holding the test models: `$LAMINA_MODELS`, else `~/.cache/lamina/models`.
 pub fn models_dir() -> PathBuf {
-    match std::env::var_os("LAMINA_MODELS") {
-        Some(d) if !d.is_empty() => PathBuf::from(d),
-        _ => {
-            let home = std::env::var_os("HOME").expect("HOME is not set");
-            PathBuf::from(home).join(".cache/lamina/models")
-        }
-    }
+    lamina_gguf::models_dir()
 }
 
 /// The path of a test model. A missing model fails the test (never skips it).
