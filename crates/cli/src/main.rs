@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod convert;
+mod embed;
 mod inspect;
 mod models;
 
@@ -30,6 +31,10 @@ enum Command {
     Inspect(inspect::Args),
     /// Convert a Hugging Face checkpoint folder (safetensors) to GGUF.
     Convert(convert::Args),
+    /// Embed texts with an embedding model (EmbeddingGemma).
+    Embed(embed::Args),
+    /// Print the token ids a model's tokenizer gives a text.
+    Tokenize(embed::TokenizeArgs),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +43,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),
         Command::Convert(args) => convert::run(args),
+        Command::Embed(args) => embed::run(args),
+        Command::Tokenize(args) => embed::tokenize(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -8,6 +8,7 @@
 //!   reachable only through [`table`] after detection.
 //! * [`matmul`]: `y[t][r] = W[r]·x[t]` over a thread pool, with 1×4 tiles for batches.
 //! * [`ops`]: float ops (RMSNorm, softmax, GELU, SiLU, RoPE, …).
+//! * [`attention`]: online-softmax attention over contiguous key ranges.
 //!
 //! # Contracts shared by every kernel
 //! Rows are passed as raw bytes: a weight row of `n` values is
@@ -18,6 +19,7 @@
 //! in `[-127, 127]`, which the x86 `maddubs` sign trick relies on (weights may
 //! hold -128).
 
+pub mod attention;
 pub mod isa;
 pub mod matmul;
 pub mod ops;

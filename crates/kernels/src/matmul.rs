@@ -28,6 +28,12 @@ impl Scratch {
         s.reserve(k, cols, tokens);
         s
     }
+    /// Grows (never shrinks) the buffer to at least `bytes`.
+    pub fn reserve_bytes(&mut self, bytes: usize) {
+        if self.buf.len() < bytes {
+            self.buf.resize(bytes, 0);
+        }
+    }
     /// Grows (never shrinks) the buffer for `tokens` rows of `cols` values.
     pub fn reserve(&mut self, k: &TypeKernels, cols: usize, tokens: usize) {
         let need = k.activation_row_bytes(cols) * tokens;

@@ -22,6 +22,16 @@ pub fn rms_norm_weighted(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     mul_in_place(out, w);
 }
 
+/// [`rms_norm_weighted`] in place (per-head Q/K norms, post-norms).
+pub fn rms_norm_weighted_in_place(x: &mut [f32], w: &[f32], eps: f32) {
+    assert_eq!(w.len(), x.len());
+    let ss: f64 = x.iter().map(|&v| v as f64 * v as f64).sum();
+    let scale = 1.0 / ((ss / x.len() as f64) as f32 + eps).sqrt();
+    for (o, &g) in x.iter_mut().zip(w) {
+        *o = *o * scale * g;
+    }
+}
+
 /// Gemma's RMSNorm with an unshifted weight: `x̂ · (1 + w)`.
 pub fn rms_norm_gemma(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     assert_eq!(w.len(), x.len());
@@ -92,13 +102,41 @@ pub fn rope(
     base: f32,
     layout: RopeLayout,
 ) {
+    rope_scaled(x, head_dim, rot_dims, pos, base, 1.0, None, layout);
+}
+
+/// [`rope`] with ggml's linear `freq_scale` and per-pair `freq_factors`
+/// (Llama 3's `rope_freqs.weight`): pair `i` turns by
+/// `freq_scale · pos · base^(-2i/rot_dims) / freq_factors[i]`.
+#[allow(clippy::too_many_arguments)]
+pub fn rope_scaled(
+    x: &mut [f32],
+    head_dim: usize,
+    rot_dims: usize,
+    pos: usize,
+    base: f32,
+    freq_scale: f32,
+    freq_factors: Option<&[f32]>,
+    layout: RopeLayout,
+) {
     assert!(rot_dims <= head_dim && rot_dims.is_multiple_of(2) && x.len().is_multiple_of(head_dim));
     let half = rot_dims / 2;
+    if let Some(f) = freq_factors {
+        assert!(f.len() >= half);
+    }
+    // cos/sin once per pair, shared by every head (ggml's rope cache), at most 256 pairs.
+    let mut cs = [(0.0f32, 0.0f32); 256];
+    assert!(half <= cs.len());
+    let step = base.powf(-2.0 / rot_dims as f32);
+    let mut theta = pos as f32;
+    for (i, c) in cs[..half].iter_mut().enumerate() {
+        let ff = freq_factors.map_or(1.0, |f| f[i]);
+        let (s, co) = (freq_scale * (theta / ff)).sin_cos();
+        *c = (co, s);
+        theta *= step;
+    }
     for head in x.chunks_exact_mut(head_dim) {
-        let mut theta = pos as f32;
-        let step = base.powf(-2.0 / rot_dims as f32);
-        for i in 0..half {
-            let (s, c) = theta.sin_cos();
+        for (i, &(c, s)) in cs[..half].iter().enumerate() {
             let (a, b) = match layout {
                 RopeLayout::Normal => (2 * i, 2 * i + 1),
                 RopeLayout::Neox => (i, i + half),
@@ -106,7 +144,6 @@ pub fn rope(
             let (x0, x1) = (head[a], head[b]);
             head[a] = x0 * c - x1 * s;
             head[b] = x0 * s + x1 * c;
-            theta *= step;
         }
     }
 }

@@ -1,5 +1,56 @@
 //! Tokenizers, forward passes and sampling.
+//!
+//! * [`tokenizer`]: llama.cpp-exact SentencePiece and byte-level BPE.
+//! * [`hparams`], [`weights`], [`transformer`]: loading a GGUF model and the
+//!   shared decoder stack (Llama, Gemma 3, EmbeddingGemma).
+//! * [`embed`]: sentence embeddings (pooling, dense head, batching).
+//! * [`convert`]: Hugging Face checkpoints → GGUF.
 #![forbid(unsafe_code)]
 
 pub mod convert;
+pub mod embed;
+pub mod hparams;
 pub mod tokenizer;
+pub mod transformer;
+pub mod weights;
+
+pub use hparams::{Arch, HParams};
+pub use transformer::{KvCache, KvType, Model, Workspace};
+
+/// A model could not be loaded or run.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error(transparent)]
+    Gguf(#[from] lamina_gguf::Error),
+    #[error(transparent)]
+    Tokenizer(#[from] tokenizer::TokenizerError),
+    #[error("unknown architecture {0:?}: this build runs {known}", known = Arch::KNOWN)]
+    UnknownArch(String),
+    #[error("missing metadata key {0}")]
+    MissingKey(String),
+    #[error("metadata key {0} has the wrong type or an impossible value")]
+    BadKey(String),
+    #[error("missing tensor {0}")]
+    MissingTensor(String),
+    #[error("tensor {tensor} has shape {got:?}, expected {want:?}")]
+    Shape {
+        tensor: String,
+        got: Vec<u64>,
+        want: Vec<u64>,
+    },
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    #[error("{tensor}: {source}")]
+    Kernel {
+        tensor: String,
+        source: lamina_kernels::KernelError,
+    },
+    #[error("token id {id} is outside the vocabulary of {n_vocab}")]
+    BadToken { id: u32, n_vocab: usize },
+    #[error(
+        "input of {n_tokens} tokens exceeds the context of {n_ctx} (shorten it, or pass --truncate where offered)"
+    )]
+    ContextExceeded { n_tokens: usize, n_ctx: usize },
+    #[error("{0}")]
+    Input(String),
+}

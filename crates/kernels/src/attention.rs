@@ -1,0 +1,363 @@
+//! Scaled dot-product attention with an online softmax (no score matrix).
+//!
+//! Each query attends to one contiguous range of key rows, which covers every
+//! mask the models need: causal (`0..=pos`), causal sliding window
+//! (`pos+1-w..=pos`) and the symmetric window of a bidirectional sequence
+//! (`max(start, i-w/2)..min(end, i+w/2+1)`). Keys are visited in blocks of
+//! [`KEY_BLOCK`]: scores of a block land in a stack array, the running max
+//! and sum are updated once per block, and the value rows are accumulated
+//! straight into the output row, so nothing is allocated.
+//!
+//! Work is split over (query chunk × head) tasks on a [`ThreadPool`]; tasks
+//! write disjoint output rows.
+
+use std::ops::Range;
+
+use half::f16;
+
+use crate::KernelError;
+use crate::ops;
+use crate::pool::ThreadPool;
+
+/// Keys scored per softmax update.
+const KEY_BLOCK: usize = 32;
+/// Largest head dimension supported (f16 rows are widened into a stack buffer).
+pub const MAX_HEAD_DIM: usize = 512;
+
+/// Key or value rows: `n` rows of `n_head_kv × head_dim` values.
+#[derive(Clone, Copy, Debug)]
+pub enum KvRows<'a> {
+    F32(&'a [f32]),
+    F16(&'a [f16]),
+}
+
+impl KvRows<'_> {
+    fn len(&self) -> usize {
+        match self {
+            KvRows::F32(s) => s.len(),
+            KvRows::F16(s) => s.len(),
+        }
+    }
+}
+
+/// Head layout and scaling of one attention call.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnShape {
+    /// Query heads.
+    pub n_head: usize,
+    /// Key/value heads (query head `h` reads kv head `h / (n_head / n_head_kv)`).
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    /// Multiplies every score (usually `1/√head_dim`).
+    pub scale: f32,
+    /// Attention logit soft-capping `c·tanh(s/c)` (Gemma 2), when set.
+    pub softcap: Option<f32>,
+}
+
+/// A shared pointer to the output, written at disjoint (query, head) rows by the tasks.
+struct Out(*mut f32);
+// SAFETY: each task writes only the `head_dim` values of its own (query, head) pairs
+// (see `attention`), so sharing the pointer across threads cannot race.
+unsafe impl Sync for Out {}
+
+/// `out[t, h] = Σ_j softmax_j(scale · q[t, h]·k[j, g]) · v[j, g]` over `j ∈ keys(t)`,
+/// `g` the kv head of `h`. `q`/`out` are `n_q × n_head × head_dim`; `k`/`v`
+/// hold at least `max(keys(t).end)` rows of `n_head_kv × head_dim`.
+/// A query with an empty key range gets a zero output.
+#[allow(clippy::too_many_arguments)]
+pub fn attention(
+    shape: &AttnShape,
+    q: &[f32],
+    k: KvRows<'_>,
+    v: KvRows<'_>,
+    keys: &(dyn Fn(usize) -> Range<usize> + Sync),
+    out: &mut [f32],
+    pool: &dyn ThreadPool,
+) -> Result<(), KernelError> {
+    let AttnShape {
+        n_head,
+        n_head_kv,
+        head_dim: hd,
+        ..
+    } = *shape;
+    if hd == 0 || hd > MAX_HEAD_DIM || n_head_kv == 0 || !n_head.is_multiple_of(n_head_kv) {
+        return Err(KernelError::Shape(format!(
+            "attention with {n_head} heads, {n_head_kv} kv heads of {hd} values"
+        )));
+    }
+    let q_row = n_head * hd;
+    let kv_row = n_head_kv * hd;
+    if !q.len().is_multiple_of(q_row) || q.len() != out.len() || k.len() != v.len() {
+        return Err(KernelError::Shape(format!(
+            "attention: q {} values, out {}, k {}, v {} (rows of {q_row} / {kv_row})",
+            q.len(),
+            out.len(),
+            k.len(),
+            v.len()
+        )));
+    }
+    let n_q = q.len() / q_row;
+    let n_kv = k.len() / kv_row;
+    for t in 0..n_q {
+        let r = keys(t);
+        if r.end > n_kv || r.start > r.end {
+            return Err(KernelError::Shape(format!(
+                "query {t} attends keys {r:?} but only {n_kv} rows are given"
+            )));
+        }
+    }
+    let group = n_head / n_head_kv;
+    // Tasks: (chunk of queries) × head; a chunk small enough to balance threads.
+    let q_chunk = n_q
+        .div_ceil((pool.threads() * 4).div_ceil(n_head).max(1))
+        .max(1);
+    let n_chunks = n_q.div_ceil(q_chunk);
+    let out_ptr = Out(out.as_mut_ptr());
+    let out_ptr = &out_ptr;
+    pool.run(n_chunks * n_head, &|task| {
+        let (chunk, h) = (task / n_head, task % n_head);
+        let g = h / group;
+        for t in chunk * q_chunk..((chunk + 1) * q_chunk).min(n_q) {
+            let qh = &q[t * q_row + h * hd..][..hd];
+            let o_start = t * q_row + h * hd;
+            // SAFETY: `o_start + hd <= n_q * q_row == out.len()` (checked above), and the
+            // (t, h) pair is visited by exactly one task, so this row is not aliased.
+            let oh = unsafe { std::slice::from_raw_parts_mut(out_ptr.0.add(o_start), hd) };
+            attend_one(shape, qh, k, v, g * hd, kv_row, keys(t), oh);
+        }
+    });
+    Ok(())
+}
+
+/// One query head against key rows `range` (kv head at offset `off` of each row).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn attend_one(
+    shape: &AttnShape,
+    q: &[f32],
+    k: KvRows<'_>,
+    v: KvRows<'_>,
+    off: usize,
+    kv_row: usize,
+    range: Range<usize>,
+    out: &mut [f32],
+) {
+    let hd = q.len();
+    out.fill(0.0);
+    let mut widened = [0.0f32; MAX_HEAD_DIM];
+    let mut max = f32::NEG_INFINITY;
+    let mut sum = 0.0f32;
+    let mut scores = [0.0f32; KEY_BLOCK];
+    let mut j0 = range.start;
+    while j0 < range.end {
+        let n = (range.end - j0).min(KEY_BLOCK);
+        let mut block_max = f32::NEG_INFINITY;
+        for (i, s) in scores[..n].iter_mut().enumerate() {
+            let at = (j0 + i) * kv_row + off;
+            let d = match k {
+                KvRows::F32(k) => ops::dot(q, &k[at..at + hd]),
+                KvRows::F16(k) => {
+                    ops::f16_to_f32(&k[at..at + hd], &mut widened[..hd]);
+                    ops::dot(q, &widened[..hd])
+                }
+            };
+            let mut x = d * shape.scale;
+            if let Some(c) = shape.softcap {
+                x = c * (x / c).tanh();
+            }
+            *s = x;
+            block_max = block_max.max(x);
+        }
+        if block_max > max {
+            let rescale = (max - block_max).exp();
+            if sum > 0.0 {
+                ops::scale(out, rescale);
+            }
+            sum *= rescale;
+            max = block_max;
+        }
+        for (i, &s) in scores[..n].iter().enumerate() {
+            let p = (s - max).exp();
+            sum += p;
+            let at = (j0 + i) * kv_row + off;
+            match v {
+                KvRows::F32(v) => ops::axpy(p, &v[at..at + hd], out),
+                KvRows::F16(v) => {
+                    ops::f16_to_f32(&v[at..at + hd], &mut widened[..hd]);
+                    ops::axpy(p, &widened[..hd], out);
+                }
+            }
+        }
+        j0 += n;
+    }
+    if sum > 0.0 {
+        ops::scale(out, 1.0 / sum);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::{Rayon, Serial};
+
+    /// The textbook definition: full score vector, softmax, weighted sum.
+    fn naive(
+        shape: &AttnShape,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        keys: &dyn Fn(usize) -> Range<usize>,
+    ) -> Vec<f32> {
+        let (nh, nkv, hd) = (shape.n_head, shape.n_head_kv, shape.head_dim);
+        let n_q = q.len() / (nh * hd);
+        let mut out = vec![0.0; q.len()];
+        for t in 0..n_q {
+            for h in 0..nh {
+                let g = h / (nh / nkv);
+                let qh = &q[(t * nh + h) * hd..][..hd];
+                let r = keys(t);
+                let mut s: Vec<f32> = r
+                    .clone()
+                    .map(|j| {
+                        let kh = &k[(j * nkv + g) * hd..][..hd];
+                        let mut x =
+                            qh.iter().zip(kh).map(|(a, b)| a * b).sum::<f32>() * shape.scale;
+                        if let Some(c) = shape.softcap {
+                            x = c * (x / c).tanh();
+                        }
+                        x
+                    })
+                    .collect();
+                if s.is_empty() {
+                    continue;
+                }
+                ops::softmax(&mut s);
+                for (p, j) in s.iter().zip(r) {
+                    let vh = &v[(j * nkv + g) * hd..][..hd];
+                    for d in 0..hd {
+                        out[(t * nh + h) * hd + d] += p * vh[d];
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn pseudo(n: usize, seed: u32) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                (s % 2001) as f32 / 1000.0 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn matches_naive_for_causal_window_and_symmetric_masks() {
+        for &(nh, nkv, hd, n, softcap) in &[
+            (3usize, 1usize, 16usize, 70usize, None),
+            (4, 2, 8, 33, Some(50.0)),
+            (2, 2, 64, 5, None),
+        ] {
+            let shape = AttnShape {
+                n_head: nh,
+                n_head_kv: nkv,
+                head_dim: hd,
+                scale: 1.0 / (hd as f32).sqrt(),
+                softcap,
+            };
+            let q = pseudo(n * nh * hd, 1);
+            let k: Vec<f32> = pseudo(n * nkv * hd, 2).iter().map(|x| x * 4.0).collect();
+            let v = pseudo(n * nkv * hd, 3);
+            let masks: [&(dyn Fn(usize) -> Range<usize> + Sync); 3] =
+                [&|t| 0..t + 1, &|t| (t + 1).saturating_sub(7)..t + 1, &|t| {
+                    t.saturating_sub(5)..(t + 6).min(n)
+                }];
+            for keys in masks {
+                let want = naive(&shape, &q, &k, &v, keys);
+                for pool in [&Serial as &dyn ThreadPool, &Rayon] {
+                    let mut got = vec![f32::NAN; q.len()];
+                    attention(
+                        &shape,
+                        &q,
+                        KvRows::F32(&k),
+                        KvRows::F32(&v),
+                        keys,
+                        &mut got,
+                        pool,
+                    )
+                    .unwrap();
+                    for (a, b) in got.iter().zip(&want) {
+                        assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+                    }
+                }
+                let kh: Vec<f16> = k.iter().map(|&x| f16::from_f32(x)).collect();
+                let vh: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
+                let k16: Vec<f32> = kh.iter().map(|x| x.to_f32()).collect();
+                let v16: Vec<f32> = vh.iter().map(|x| x.to_f32()).collect();
+                let want = naive(&shape, &q, &k16, &v16, keys);
+                let mut got = vec![0.0; q.len()];
+                attention(
+                    &shape,
+                    &q,
+                    KvRows::F16(&kh),
+                    KvRows::F16(&vh),
+                    keys,
+                    &mut got,
+                    &Rayon,
+                )
+                .unwrap();
+                for (a, b) in got.iter().zip(&want) {
+                    assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bad_shapes_are_errors() {
+        let shape = AttnShape {
+            n_head: 3,
+            n_head_kv: 2,
+            head_dim: 4,
+            scale: 1.0,
+            softcap: None,
+        };
+        let x = vec![0.0; 24];
+        let mut out = vec![0.0; 24];
+        assert!(
+            attention(
+                &shape,
+                &x,
+                KvRows::F32(&x),
+                KvRows::F32(&x),
+                &|_| 0..1,
+                &mut out,
+                &Serial
+            )
+            .is_err()
+        );
+        let shape = AttnShape {
+            n_head: 2,
+            n_head_kv: 1,
+            head_dim: 4,
+            scale: 1.0,
+            softcap: None,
+        };
+        assert!(
+            attention(
+                &shape,
+                &x,
+                KvRows::F32(&x[..8]),
+                KvRows::F32(&x[..8]),
+                &|t| 0..t + 1,
+                &mut out,
+                &Serial
+            )
+            .is_err()
+        );
+    }
+}

@@ -1,0 +1,331 @@
+//! Hyper-parameters read from the architecture-prefixed GGUF keys, with
+//! llama.cpp's defaults where a key is absent.
+
+use lamina_gguf::{Gguf, Value};
+use lamina_kernels::ops::RopeLayout;
+
+use crate::ModelError;
+
+/// The architectures this build runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    /// Llama 2/3, SmolLM2, TinyLlama, Mistral (and Granite's multipliers).
+    Llama,
+    /// Gemma 3, causal.
+    Gemma3,
+    /// EmbeddingGemma: Gemma 3 layers, bidirectional attention, pooled.
+    GemmaEmbedding,
+}
+
+impl Arch {
+    /// The `general.architecture` names this build knows.
+    pub const KNOWN: &'static str = "llama, granite, mistral, gemma3, gemma-embedding";
+
+    pub fn from_name(name: &str) -> Option<Arch> {
+        Some(match name {
+            "llama" | "granite" | "mistral" => Arch::Llama,
+            "gemma3" => Arch::Gemma3,
+            "gemma-embedding" => Arch::GemmaEmbedding,
+            _ => return None,
+        })
+    }
+
+    /// Gemma's family traits: √n_embd input scale, QK norm, sandwich norms, GELU.
+    pub fn is_gemma(self) -> bool {
+        matches!(self, Arch::Gemma3 | Arch::GemmaEmbedding)
+    }
+}
+
+/// How a sliding-window layer masks keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Window {
+    /// Every key the attention type allows.
+    None,
+    /// Causal: key `j` visible to query `i` when `i - j < n`.
+    Trailing(usize),
+    /// Bidirectional: visible when `|i - j| ≤ n / 2`.
+    Symmetric(usize),
+}
+
+/// Everything the forward pass needs to know about the network's shape.
+#[derive(Clone, Debug)]
+pub struct HParams {
+    pub arch: Arch,
+    /// The architecture name as written in the file.
+    pub arch_name: String,
+    pub n_layer: usize,
+    pub n_embd: usize,
+    pub n_ff: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub n_vocab: usize,
+    /// Training context (`context_length`).
+    pub n_ctx_train: usize,
+    pub rms_eps: f32,
+    pub rope_base: f32,
+    /// RoPE base of sliding-window layers.
+    pub rope_base_swa: f32,
+    pub rope_dims: usize,
+    pub rope_layout: RopeLayout,
+    /// Linear RoPE scaling (`1 / rope.scaling.factor`).
+    pub rope_freq_scale: f32,
+    /// Per layer: does it use the sliding window?
+    pub swa_layers: Vec<bool>,
+    /// The window of sliding-window layers.
+    pub window: Window,
+    /// Bidirectional attention (embedding models).
+    pub causal: bool,
+    /// Score multiplier: `1/√head_dim` unless the file says otherwise.
+    pub attn_scale: f32,
+    /// Multiplier of the token embeddings (Gemma: √n_embd; Granite: its key).
+    pub embd_scale: f32,
+    /// Granite: multiplier of each block's output before the residual add.
+    pub residual_scale: f32,
+    /// Granite: logits are divided by this.
+    pub logit_scale: f32,
+    pub final_logit_softcap: Option<f32>,
+    pub attn_logit_softcap: Option<f32>,
+}
+
+struct Keys<'g, D> {
+    g: &'g Gguf<D>,
+    arch: String,
+}
+
+impl<D: AsRef<[u8]>> Keys<'_, D> {
+    fn key(&self, k: &str) -> String {
+        format!("{}.{k}", self.arch)
+    }
+    fn value(&self, k: &str) -> Option<Value<'_>> {
+        self.g.get(&self.key(k))
+    }
+    fn uint(&self, k: &str) -> Result<Option<usize>, ModelError> {
+        match self.value(k) {
+            None => Ok(None),
+            Some(Value::Array(a)) => {
+                // Per-layer arrays (feed_forward_length, head_count): all equal here.
+                let v = a.to_i64_vec().unwrap_or_default();
+                let first = v.first().copied().unwrap_or(0);
+                if v.iter().any(|&x| x != first) {
+                    return Err(ModelError::Unsupported(format!(
+                        "{} varies per layer ({v:?}); only uniform layers are supported",
+                        self.key(k)
+                    )));
+                }
+                usize::try_from(first).map(Some).map_err(|_| self.bad(k))
+            }
+            Some(v) => v
+                .as_integer()
+                .and_then(|i| usize::try_from(i).ok())
+                .map(Some)
+                .ok_or_else(|| self.bad(k)),
+        }
+    }
+    fn need_uint(&self, k: &str) -> Result<usize, ModelError> {
+        self.uint(k)?
+            .ok_or_else(|| ModelError::MissingKey(self.key(k)))
+    }
+    fn float(&self, k: &str) -> Result<Option<f32>, ModelError> {
+        match self.value(k) {
+            None => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .map(|f| Some(f as f32))
+                .ok_or_else(|| self.bad(k)),
+        }
+    }
+    fn bad(&self, k: &str) -> ModelError {
+        ModelError::BadKey(self.key(k))
+    }
+}
+
+/// A size that must be positive and sane before buffers are sized from it.
+fn sane(name: &str, v: usize, max: usize) -> Result<usize, ModelError> {
+    if v == 0 || v > max {
+        return Err(ModelError::Unsupported(format!(
+            "{name} = {v} is outside 1..={max}"
+        )));
+    }
+    Ok(v)
+}
+
+impl HParams {
+    /// Reads the hyper-parameters; `n_vocab` comes from the token embedding's rows.
+    pub fn from_gguf<D: AsRef<[u8]>>(g: &Gguf<D>) -> Result<HParams, ModelError> {
+        let arch_name = g.architecture()?.to_string();
+        let arch = Arch::from_name(&arch_name)
+            .ok_or_else(|| ModelError::UnknownArch(arch_name.clone()))?;
+        let k = Keys {
+            g,
+            arch: arch_name.clone(),
+        };
+        let n_layer = sane("block_count", k.need_uint("block_count")?, 1024)?;
+        let n_embd = sane(
+            "embedding_length",
+            k.need_uint("embedding_length")?,
+            1 << 16,
+        )?;
+        let n_ff = sane(
+            "feed_forward_length",
+            k.need_uint("feed_forward_length")?,
+            1 << 18,
+        )?;
+        let n_head = sane(
+            "attention.head_count",
+            k.need_uint("attention.head_count")?,
+            1024,
+        )?;
+        let n_head_kv = sane(
+            "attention.head_count_kv",
+            k.uint("attention.head_count_kv")?.unwrap_or(n_head),
+            n_head,
+        )?;
+        if !n_head.is_multiple_of(n_head_kv) {
+            return Err(ModelError::Unsupported(format!(
+                "{n_head} heads are not a multiple of {n_head_kv} kv heads"
+            )));
+        }
+        let head_dim = sane(
+            "attention.key_length",
+            k.uint("attention.key_length")?.unwrap_or(n_embd / n_head),
+            lamina_kernels::attention::MAX_HEAD_DIM,
+        )?;
+        if let Some(vl) = k.uint("attention.value_length")?
+            && vl != head_dim
+        {
+            return Err(ModelError::Unsupported(format!(
+                "value_length {vl} differs from key_length {head_dim}"
+            )));
+        }
+        let n_vocab = g
+            .tensor("token_embd.weight")
+            .map(|t| t.n_rows() as usize)
+            .ok_or_else(|| ModelError::MissingTensor("token_embd.weight".into()))?;
+        let n_ctx_train = k.uint("context_length")?.unwrap_or(2048).max(1);
+        let rms_eps = k
+            .float("attention.layer_norm_rms_epsilon")?
+            .ok_or_else(|| ModelError::MissingKey(k.key("attention.layer_norm_rms_epsilon")))?;
+        let rope_base = k.float("rope.freq_base")?.unwrap_or(10_000.0);
+        let rope_base_swa = k.float("rope.freq_base_swa")?.unwrap_or(10_000.0);
+        let rope_dims = k.uint("rope.dimension_count")?.unwrap_or(head_dim);
+        if rope_dims > head_dim || !rope_dims.is_multiple_of(2) {
+            return Err(ModelError::Unsupported(format!(
+                "rope.dimension_count {rope_dims} with head_dim {head_dim}"
+            )));
+        }
+        let rope_freq_scale = match g.get(&k.key("rope.scaling.type")).and_then(|v| v.as_str()) {
+            None | Some("none") => 1.0,
+            Some("linear") => 1.0 / k.float("rope.scaling.factor")?.unwrap_or(1.0),
+            Some(other) => {
+                return Err(ModelError::Unsupported(format!(
+                    "rope scaling {other:?} (only linear and Llama 3's rope_freqs are supported)"
+                )));
+            }
+        };
+
+        let (mut swa_layers, mut window) = (vec![false; n_layer], Window::None);
+        let n_swa = k.uint("attention.sliding_window")?.unwrap_or(0);
+        if arch.is_gemma() && n_swa > 0 {
+            // llama.cpp: an explicit bool array wins, else every `pattern`-th layer is global.
+            let pattern = match k.value("attention.sliding_window_pattern") {
+                Some(Value::Array(a)) => {
+                    let v = a.to_i64_vec().unwrap_or_default();
+                    if v.len() != n_layer {
+                        return Err(k.bad("attention.sliding_window_pattern"));
+                    }
+                    swa_layers = v.iter().map(|&x| x != 0).collect();
+                    None
+                }
+                Some(v) => Some(v.as_integer().unwrap_or(6) as usize),
+                None => Some(6),
+            };
+            if let Some(p) = pattern {
+                for (il, s) in swa_layers.iter_mut().enumerate() {
+                    *s = p == 0 || il % p < p - 1;
+                }
+            }
+            window = if arch == Arch::GemmaEmbedding {
+                Window::Symmetric(n_swa)
+            } else {
+                Window::Trailing(n_swa)
+            };
+        }
+        let causal = match arch {
+            Arch::GemmaEmbedding => false,
+            _ => g
+                .get(&k.key("attention.causal"))
+                .and_then(|v| match v {
+                    Value::Bool(b) => Some(b),
+                    _ => None,
+                })
+                .unwrap_or(true),
+        };
+        let attn_scale = k
+            .float("attention.scale")?
+            .filter(|&s| s != 0.0)
+            .unwrap_or(1.0 / (head_dim as f32).sqrt());
+        let embd_scale = if arch.is_gemma() {
+            (n_embd as f32).sqrt()
+        } else {
+            k.float("embedding_scale")?.unwrap_or(1.0)
+        };
+        let positive = |v: Option<f32>| v.filter(|&c| c > 0.0);
+        Ok(HParams {
+            arch,
+            arch_name,
+            n_layer,
+            n_embd,
+            n_ff,
+            n_head,
+            n_head_kv,
+            head_dim,
+            n_vocab,
+            n_ctx_train,
+            rms_eps,
+            rope_base,
+            rope_base_swa,
+            rope_dims,
+            rope_layout: if arch.is_gemma() {
+                RopeLayout::Neox
+            } else {
+                RopeLayout::Normal
+            },
+            rope_freq_scale,
+            swa_layers,
+            window,
+            causal,
+            attn_scale,
+            embd_scale,
+            residual_scale: k.float("residual_scale")?.unwrap_or(1.0),
+            logit_scale: positive(k.float("logit_scale")?).unwrap_or(1.0),
+            final_logit_softcap: positive(k.float("final_logit_softcapping")?),
+            attn_logit_softcap: positive(k.float("attn_logit_softcapping")?),
+        })
+    }
+
+    /// Width of the query projection.
+    pub fn q_dim(&self) -> usize {
+        self.n_head * self.head_dim
+    }
+    /// Width of the key and value projections.
+    pub fn kv_dim(&self) -> usize {
+        self.n_head_kv * self.head_dim
+    }
+    /// The window of layer `il`, or `Window::None` for a global layer.
+    pub fn layer_window(&self, il: usize) -> Window {
+        if self.swa_layers[il] {
+            self.window
+        } else {
+            Window::None
+        }
+    }
+    /// RoPE base of layer `il`.
+    pub fn layer_rope_base(&self, il: usize) -> f32 {
+        if self.swa_layers[il] {
+            self.rope_base_swa
+        } else {
+            self.rope_base
+        }
+    }
+}
