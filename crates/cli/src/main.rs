@@ -2,6 +2,7 @@
 //! this file parses arguments, sets up logging and reports errors.
 #![forbid(unsafe_code)]
 
+mod bench;
 mod convert;
 mod embed;
 mod inspect;
@@ -35,6 +36,8 @@ enum Command {
     Embed(embed::Args),
     /// Print the token ids a model's tokenizer gives a text.
     Tokenize(embed::TokenizeArgs),
+    /// In-process timings (used by `cargo xtask bench`).
+    Bench(bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -45,6 +48,7 @@ fn main() -> ExitCode {
         Command::Convert(args) => convert::run(args),
         Command::Embed(args) => embed::run(args),
         Command::Tokenize(args) => embed::tokenize(args),
+        Command::Bench(args) => bench::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -23,6 +23,7 @@ pub mod attention;
 pub mod isa;
 pub mod matmul;
 pub mod ops;
+pub mod pack;
 pub mod pool;
 pub mod scalar;
 pub mod table;

@@ -9,6 +9,7 @@
 //! case) stream rows through [`TypeKernels::vec_dot`]. Once the scratch is
 //! large enough, a call allocates nothing.
 
+use crate::pack::{self, TILE};
 use crate::pool::ThreadPool;
 use crate::{KernelError, TypeKernels};
 
@@ -16,6 +17,8 @@ use crate::{KernelError, TypeKernels};
 #[derive(Debug, Default)]
 pub struct Scratch {
     buf: Vec<u8>,
+    /// Activations packed for the 1×8 tiles (Q8_0 weights).
+    packed: Vec<u8>,
 }
 
 impl Scratch {
@@ -28,10 +31,14 @@ impl Scratch {
         s.reserve(k, cols, tokens);
         s
     }
-    /// Grows (never shrinks) the buffer to at least `bytes`.
+    /// Grows (never shrinks) the buffers to at least `bytes` of activations
+    /// (and as much again for their packed copy).
     pub fn reserve_bytes(&mut self, bytes: usize) {
         if self.buf.len() < bytes {
             self.buf.resize(bytes, 0);
+        }
+        if self.packed.len() < bytes {
+            self.packed.resize(bytes, 0);
         }
     }
     /// Grows (never shrinks) the buffer for `tokens` rows of `cols` values.
@@ -108,6 +115,29 @@ pub fn matmul(
         (k.quantize_activation)(xt, at);
     }
     let acts = &*acts;
+    // Whole groups of 8 tokens go through the 1×8 tile, packed once here.
+    let tile = k.tile8.filter(|_| tokens >= TILE);
+    let groups = if tile.is_some() { tokens / TILE } else { 0 };
+    let gbytes = pack::group_bytes(k.activation, cols);
+    let groups_data: &[u8] = if groups > 0 && pack::needs_packing(k.activation) {
+        if scratch.packed.len() < groups * gbytes {
+            scratch.packed.resize(groups * gbytes, 0);
+        }
+        for (g, out) in scratch.packed[..groups * gbytes]
+            .chunks_exact_mut(gbytes)
+            .enumerate()
+        {
+            pack::pack8(
+                k.activation,
+                cols,
+                &acts[g * TILE * arow..(g + 1) * TILE * arow],
+                out,
+            );
+        }
+        &scratch.packed[..groups * gbytes]
+    } else {
+        &acts[..groups * TILE * arow]
+    };
     let chunk = chunk_rows(rows, pool.threads());
     let n_tasks = rows.div_ceil(chunk);
     let out = Out(y.as_mut_ptr());
@@ -123,9 +153,20 @@ pub fn matmul(
             // token, so no two tasks write the same element.
             unsafe { *out.0.add(t * rows + r) = v }
         };
+        if let Some(tile) = tile {
+            // Groups outermost: the task's weight rows stay in cache across groups.
+            for (g, packed) in groups_data.chunks_exact(gbytes).enumerate() {
+                for r in r0..r1 {
+                    let v = tile(cols, &w[r * wrow..(r + 1) * wrow], packed);
+                    for (c, v) in v.into_iter().enumerate() {
+                        store(g * TILE + c, r, v);
+                    }
+                }
+            }
+        }
         for r in r0..r1 {
             let wr = &w[r * wrow..(r + 1) * wrow];
-            let mut t = 0;
+            let mut t = groups * TILE;
             if let Some(x4) = k.vec_dot_x4 {
                 while t + 4 <= tokens {
                     let v = x4(cols, wr, [a(t), a(t + 1), a(t + 2), a(t + 3)]);

@@ -14,6 +14,9 @@ pub type QuantizeFn = fn(src: &[f32], dst: &mut [u8]);
 pub type VecDotFn = fn(n: usize, w: &[u8], a: &[u8]) -> f32;
 /// One weight row against four activation rows, each weight block unpacked once.
 pub type VecDotX4Fn = fn(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4];
+/// One weight row against eight activation rows in the layout of
+/// [`crate::pack::pack8`] (for batches: prompt processing, embedding).
+pub type Tile8Fn = fn(n: usize, w: &[u8], packed: &[u8]) -> [f32; 8];
 
 /// The kernels for one weight type on one ISA.
 #[derive(Clone, Copy, Debug)]
@@ -30,6 +33,9 @@ pub struct TypeKernels {
     pub vec_dot: VecDotFn,
     /// A 1×4 tile; `None` where only the row kernel exists.
     pub vec_dot_x4: Option<VecDotX4Fn>,
+    /// A 1×8 tile over packed activations; `None` where the ISA has none
+    /// (always SIMD: the scalar twin is [`TypeKernels::vec_dot`] per column).
+    pub tile8: Option<Tile8Fn>,
 }
 
 /// Which kernels of an entry are not the scalar reference.
@@ -65,6 +71,7 @@ macro_rules! scalar_entry {
             quantize_activation: scalar::$q,
             vec_dot: scalar::$dot,
             vec_dot_x4: $x4,
+            tile8: None,
         }
     };
 }

@@ -193,7 +193,7 @@ pub fn check_case(k: &TypeKernels, seed: u64, nblocks: usize, style: u64) {
         nblocks * ty.block_size()
     };
     let w = weight_row(&mut rng, ty, n, style % 5);
-    let cols: Vec<Vec<u8>> = (0..4)
+    let cols: Vec<Vec<u8>> = (0..8)
         .map(|c| {
             let x = activations(&mut rng, n, (style / 5 + c) % 4);
             let mut want = vec![0u8; k.activation_row_bytes(n)];
@@ -209,7 +209,7 @@ pub fn check_case(k: &TypeKernels, seed: u64, nblocks: usize, style: u64) {
             want
         })
         .collect();
-    let mut row = [0f32; 4];
+    let mut row = [0f32; 8];
     for (c, a) in cols.iter().enumerate() {
         let want = (r.vec_dot)(n, &w, a);
         let got = (k.vec_dot)(n, &w, a);
@@ -220,6 +220,27 @@ pub fn check_case(k: &TypeKernels, seed: u64, nblocks: usize, style: u64) {
             k.isa
         );
         row[c] = got;
+    }
+    if let Some(tile) = k.tile8 {
+        let rows: Vec<u8> = cols.concat();
+        let mut packed = vec![0u8; crate::pack::group_bytes(k.activation, n)];
+        let group: &[u8] = if crate::pack::needs_packing(k.activation) {
+            crate::pack::pack8(k.activation, n, &rows, &mut packed);
+            &packed
+        } else {
+            &rows
+        };
+        let got = tile(n, &w, group);
+        for c in 0..8 {
+            let tol = tolerance(ty, n, &w, &cols[c]);
+            assert!(
+                ((got[c] - row[c]) as f64).abs() <= tol,
+                "{} {ty}: tile8 column {c} {} vs row kernel {} (tol {tol:e}, seed {seed})",
+                k.isa,
+                got[c],
+                row[c]
+            );
+        }
     }
     if let Some(x4) = k.vec_dot_x4 {
         let got = x4(n, &w, [&cols[0], &cols[1], &cols[2], &cols[3]]);

@@ -166,7 +166,11 @@ unsafe fn legacy_q8_0<const N: usize>(
                 acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[c]);
             }
         }
-        acc.map(|v| hsum_f32(v))
+        let mut out = [0.0f32; N];
+        for (o, v) in out.iter_mut().zip(acc) {
+            *o = hsum_f32(v);
+        }
+        out
     }
 }
 
@@ -204,6 +208,83 @@ legacy_kernels! {
     Q8_0, 34, q8_0_quants, vec_dot_q8_0, vec_dot_x4_q8_0, k_q8_0, k_q8_0_x4;
     Q4_0, 18, q4_0_quants, vec_dot_q4_0, vec_dot_x4_q4_0, k_q4_0, k_q4_0_x4;
     Q5_0, 22, q5_0_quants, vec_dot_q5_0, vec_dot_x4_q5_0, k_q5_0, k_q5_0_x4;
+}
+
+/// Eight `i32 × 8` vectors → one vector of their eight horizontal sums, in order.
+#[inline(always)]
+unsafe fn hsum8_i32(p: &[__m256i; 8]) -> __m256i {
+    // SAFETY: AVX2 is enabled in every kernel calling this.
+    unsafe {
+        let s01 = _mm256_hadd_epi32(p[0], p[1]);
+        let s23 = _mm256_hadd_epi32(p[2], p[3]);
+        let s45 = _mm256_hadd_epi32(p[4], p[5]);
+        let s67 = _mm256_hadd_epi32(p[6], p[7]);
+        // [Σ0..Σ3 of the low lanes | Σ0..Σ3 of the high lanes], same for 4..7.
+        let s0123 = _mm256_hadd_epi32(s01, s23);
+        let s4567 = _mm256_hadd_epi32(s45, s67);
+        _mm256_add_epi32(
+            _mm256_permute2x128_si256::<0x20>(s0123, s4567),
+            _mm256_permute2x128_si256::<0x31>(s0123, s4567),
+        )
+    }
+}
+
+/// One legacy weight row (blocks of `wsize` bytes decoded by `quants`)
+/// against a packed group of 8 Q8_0 rows (see [`crate::pack`]).
+#[inline(always)]
+unsafe fn legacy_tile8(
+    nb: usize,
+    w: *const u8,
+    wsize: usize,
+    packed: *const u8,
+    quants: unsafe fn(*const u8) -> __m256i,
+) -> [f32; 8] {
+    // SAFETY: the wrappers checked `nb` weight blocks and `nb` packed block groups;
+    // AVX2/FMA/F16C are enabled.
+    unsafe {
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = _mm256_setzero_ps();
+        for i in 0..nb {
+            let x = w.add(i * wsize);
+            let qx = quants(x);
+            let ax = abs_u8(qx);
+            let y = packed.add(i * crate::pack::Q8_0_GROUP_BLOCK);
+            let mut p = [_mm256_setzero_si256(); 8];
+            for (c, p) in p.iter_mut().enumerate() {
+                let s = signed_like(load(y.add(32 * c)), qx);
+                *p = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, s), ones);
+            }
+            let sums = _mm256_cvtepi32_ps(hsum8_i32(&p));
+            let d = _mm256_mul_ps(_mm256_set1_ps(fp16(x)), _mm256_loadu_ps(y.add(256).cast()));
+            acc = _mm256_fmadd_ps(d, sums, acc);
+        }
+        let mut out = [0.0f32; 8];
+        _mm256_storeu_ps(out.as_mut_ptr(), acc);
+        out
+    }
+}
+
+macro_rules! legacy_tiles {
+    ($($ty:ident, $size:expr, $quants:ident, $k:ident => $f:ident;)*) => {$(
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $k(nb: usize, w: *const u8, packed: *const u8) -> [f32; 8] {
+            // SAFETY: forwarded from the wrapper's checks.
+            unsafe { legacy_tile8(nb, w, $size, packed, $quants) }
+        }
+        pub(crate) fn $f(n: usize, w: &[u8], packed: &[u8]) -> [f32; 8] {
+            let nb = row_blocks(GgmlType::$ty, n, w);
+            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_0, n), "packed group size");
+            // SAFETY: `nb` weight blocks and `nb` packed block groups (checked above);
+            // reachable only through a table handed out after AVX2 detection.
+            unsafe { $k(nb, w.as_ptr(), packed.as_ptr()) }
+        }
+    )*};
+}
+
+legacy_tiles! {
+    Q8_0, 34, q8_0_quants, k_q8_0_x8 => tile8_q8_0;
+    Q4_0, 18, q4_0_quants, k_q4_0_x8 => tile8_q4_0;
+    Q5_0, 22, q5_0_quants, k_q5_0_x8 => tile8_q5_0;
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -378,7 +459,11 @@ unsafe fn q6_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f
                 acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi[c]), acc[c]);
             }
         }
-        acc.map(|v| hsum_f32(v))
+        let mut out = [0.0f32; N];
+        for (o, v) in out.iter_mut().zip(acc) {
+            *o = hsum_f32(v);
+        }
+        out
     }
 }
 
@@ -428,6 +513,50 @@ macro_rules! k_wrappers {
         }
         )?
     )*};
+}
+
+/// The 8 rows of a K-quant group, each `nb` Q8_K blocks, back to back.
+#[inline(always)]
+unsafe fn k_group_rows(nb: usize, packed: *const u8) -> [*const u8; 8] {
+    // SAFETY: the wrapper checked that `packed` holds 8 rows of `nb` blocks.
+    unsafe {
+        let r = nb * 292;
+        [
+            packed,
+            packed.add(r),
+            packed.add(2 * r),
+            packed.add(3 * r),
+            packed.add(4 * r),
+            packed.add(5 * r),
+            packed.add(6 * r),
+            packed.add(7 * r),
+        ]
+    }
+}
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k_q4_k_x8(nb: usize, w: *const u8, packed: *const u8) -> [f32; 8] {
+    // SAFETY: forwarded from the wrapper's checks.
+    unsafe { q45_k::<8, false>(nb, w, k_group_rows(nb, packed)) }
+}
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k_q6_k_x8(nb: usize, w: *const u8, packed: *const u8) -> [f32; 8] {
+    // SAFETY: forwarded from the wrapper's checks.
+    unsafe { q6_k::<8>(nb, w, k_group_rows(nb, packed)) }
+}
+macro_rules! k_tiles {
+    ($($ty:ident: $k:ident => $f:ident;)*) => {$(
+        pub(crate) fn $f(n: usize, w: &[u8], packed: &[u8]) -> [f32; 8] {
+            let nb = row_blocks(GgmlType::$ty, n, w);
+            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_K, n), "group size");
+            // SAFETY: `nb` weight blocks and 8 rows of `nb` Q8_K blocks (checked above);
+            // reachable only through a table handed out after AVX2 detection.
+            unsafe { $k(nb, w.as_ptr(), packed.as_ptr()) }
+        }
+    )*};
+}
+k_tiles! {
+    Q4_K: k_q4_k_x8 => tile8_q4_k;
+    Q6_K: k_q6_k_x8 => tile8_q6_k;
 }
 
 k_wrappers! {
@@ -556,14 +685,26 @@ unsafe fn pack_i8(v: [__m256i; 4]) -> __m256i {
 unsafe fn q8_block(x: *const f32, qs: *mut u8) -> (f32, i32) {
     // SAFETY: `x` has 32 readable floats, `qs` 32 writable bytes; AVX2 is enabled.
     unsafe {
-        let v = [0, 8, 16, 24].map(|k| _mm256_loadu_ps(x.add(k)));
+        // Plain arrays, not `map` closures: closures do not inherit `target_feature`,
+        // and the intrinsics inside them would be called out of line.
+        let v = [
+            _mm256_loadu_ps(x),
+            _mm256_loadu_ps(x.add(8)),
+            _mm256_loadu_ps(x.add(16)),
+            _mm256_loadu_ps(x.add(24)),
+        ];
         let m = _mm256_max_ps(
             _mm256_max_ps(abs_ps(v[0]), abs_ps(v[1])),
             _mm256_max_ps(abs_ps(v[2]), abs_ps(v[3])),
         );
         let d = hmax_ps(m) / 127.0;
         let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
-        let q = v.map(|v| _mm256_cvttps_epi32(round_away(_mm256_mul_ps(v, id))));
+        let q = [
+            _mm256_cvttps_epi32(round_away(_mm256_mul_ps(v[0], id))),
+            _mm256_cvttps_epi32(round_away(_mm256_mul_ps(v[1], id))),
+            _mm256_cvttps_epi32(round_away(_mm256_mul_ps(v[2], id))),
+            _mm256_cvttps_epi32(round_away(_mm256_mul_ps(v[3], id))),
+        ];
         let sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
         _mm256_storeu_si256(qs.cast(), pack_i8(q));
         (d, hsum_i32(sum))
@@ -636,12 +777,15 @@ unsafe fn k_quantize_q8_k(nb: usize, x: *const f32, y: *mut u8) {
             );
             let mut bsums = [0i16; 16];
             for g in 0..8 {
-                let q = [0, 8, 16, 24].map(|k| {
-                    let v =
-                        _mm256_add_ps(_mm256_mul_ps(vs, _mm256_loadu_ps(x.add(32 * g + k))), magic);
+                let mut q = [_mm256_setzero_si256(); 4];
+                for (j, q) in q.iter_mut().enumerate() {
+                    let v = _mm256_add_ps(
+                        _mm256_mul_ps(vs, _mm256_loadu_ps(x.add(32 * g + 8 * j))),
+                        magic,
+                    );
                     let n = _mm256_sub_epi32(_mm256_and_si256(_mm256_castps_si256(v), low), bias);
-                    _mm256_min_epi32(n, top)
-                });
+                    *q = _mm256_min_epi32(n, top);
+                }
                 bsums[2 * g] = hsum_i32(_mm256_add_epi32(q[0], q[1])) as i16;
                 bsums[2 * g + 1] = hsum_i32(_mm256_add_epi32(q[2], q[3])) as i16;
                 _mm256_storeu_si256(b.add(4 + 32 * g).cast(), pack_i8(q));

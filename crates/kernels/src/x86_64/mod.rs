@@ -9,7 +9,7 @@ pub(crate) mod avx512;
 
 use crate::GgmlType as T;
 use crate::isa::Isa;
-use crate::table::{QuantizeFn, TypeKernels, VecDotFn, VecDotX4Fn, scalar};
+use crate::table::{QuantizeFn, Tile8Fn, TypeKernels, VecDotFn, VecDotX4Fn, scalar};
 
 /// `base` with the kernels given replaced, tagged with `isa`.
 const fn with(
@@ -36,6 +36,13 @@ const fn with(
     k
 }
 
+/// `k` with a 1×8 tile kernel.
+const fn tile8(k: TypeKernels, t: Tile8Fn) -> TypeKernels {
+    let mut k = k;
+    k.tile8 = Some(t);
+    k
+}
+
 const A: Isa = Isa::Avx2;
 const Q8_0: Option<QuantizeFn> = Some(avx2::quantize_q8_0);
 const Q8_1: Option<QuantizeFn> = Some(avx2::quantize_q8_1);
@@ -45,45 +52,60 @@ pub(crate) static AVX2: [TypeKernels; 13] = [
     with(scalar(T::F32), A, None, Some(avx2::vec_dot_f32), None),
     with(scalar(T::F16), A, None, Some(avx2::vec_dot_f16), None),
     with(scalar(T::BF16), A, None, None, None),
-    with(
-        scalar(T::Q4_0),
-        A,
-        Q8_0,
-        Some(avx2::vec_dot_q4_0),
-        Some(avx2::vec_dot_x4_q4_0),
+    tile8(
+        with(
+            scalar(T::Q4_0),
+            A,
+            Q8_0,
+            Some(avx2::vec_dot_q4_0),
+            Some(avx2::vec_dot_x4_q4_0),
+        ),
+        avx2::tile8_q4_0,
     ),
     with(scalar(T::Q4_1), A, Q8_1, Some(avx2::vec_dot_q4_1), None),
-    with(
-        scalar(T::Q5_0),
-        A,
-        Q8_0,
-        Some(avx2::vec_dot_q5_0),
-        Some(avx2::vec_dot_x4_q5_0),
+    tile8(
+        with(
+            scalar(T::Q5_0),
+            A,
+            Q8_0,
+            Some(avx2::vec_dot_q5_0),
+            Some(avx2::vec_dot_x4_q5_0),
+        ),
+        avx2::tile8_q5_0,
     ),
     with(scalar(T::Q5_1), A, Q8_1, None, None),
-    with(
-        scalar(T::Q8_0),
-        A,
-        Q8_0,
-        Some(avx2::vec_dot_q8_0),
-        Some(avx2::vec_dot_x4_q8_0),
+    tile8(
+        with(
+            scalar(T::Q8_0),
+            A,
+            Q8_0,
+            Some(avx2::vec_dot_q8_0),
+            Some(avx2::vec_dot_x4_q8_0),
+        ),
+        avx2::tile8_q8_0,
     ),
     with(scalar(T::Q2_K), A, Q8_K, None, None),
     with(scalar(T::Q3_K), A, Q8_K, None, None),
-    with(
-        scalar(T::Q4_K),
-        A,
-        Q8_K,
-        Some(avx2::vec_dot_q4_k),
-        Some(avx2::vec_dot_x4_q4_k),
+    tile8(
+        with(
+            scalar(T::Q4_K),
+            A,
+            Q8_K,
+            Some(avx2::vec_dot_q4_k),
+            Some(avx2::vec_dot_x4_q4_k),
+        ),
+        avx2::tile8_q4_k,
     ),
     with(scalar(T::Q5_K), A, Q8_K, Some(avx2::vec_dot_q5_k), None),
-    with(
-        scalar(T::Q6_K),
-        A,
-        Q8_K,
-        Some(avx2::vec_dot_q6_k),
-        Some(avx2::vec_dot_x4_q6_k),
+    tile8(
+        with(
+            scalar(T::Q6_K),
+            A,
+            Q8_K,
+            Some(avx2::vec_dot_q6_k),
+            Some(avx2::vec_dot_x4_q6_k),
+        ),
+        avx2::tile8_q6_k,
     ),
 ];
 
