@@ -169,7 +169,7 @@ fn attend_one(
             block_max = block_max.max(x);
         }
         if block_max > max {
-            let rescale = (max - block_max).exp();
+            let rescale = ops::exp_fast(max - block_max);
             if sum > 0.0 {
                 ops::scale(out, rescale);
             }
@@ -177,7 +177,7 @@ fn attend_one(
             max = block_max;
         }
         for (i, &s) in scores[..n].iter().enumerate() {
-            let p = (s - max).exp();
+            let p = ops::exp_fast(s - max);
             sum += p;
             let at = (j0 + i) * kv_row + off;
             match v {

@@ -82,33 +82,37 @@ pub fn matmul(
     scratch: &mut Scratch,
     pool: &dyn ThreadPool,
 ) -> Result<(), KernelError> {
-    let Weights {
-        kernels: k,
-        data: w,
-        rows,
-        cols,
-    } = *wm;
-    let bs = k.weight.block_size();
-    let wrow = k.weight_row_bytes(cols);
+    matmul_many([wm], x, tokens, [y], scratch, pool)
+}
+
+/// [`matmul`] for several matrices over the same input (Q/K/V, gate/up):
+/// where they share a weight type the input is quantized once and all of
+/// their rows are split over one parallel region; otherwise they run one by one.
+pub fn matmul_many<const N: usize>(
+    wms: [&Weights<'_>; N],
+    x: &[f32],
+    tokens: usize,
+    ys: [&mut [f32]; N],
+    scratch: &mut Scratch,
+    pool: &dyn ThreadPool,
+) -> Result<(), KernelError> {
+    for (wm, y) in wms.iter().zip(&ys) {
+        check_shapes(wm, x, tokens, y)?;
+    }
+    // Outputs must not alias one another (they are distinct `&mut`, so they cannot).
+    let k = wms[0].kernels;
+    let cols = wms[0].cols;
+    if wms
+        .iter()
+        .any(|w| w.kernels.weight != k.weight || w.cols != cols)
+    {
+        for (wm, y) in wms.into_iter().zip(ys) {
+            matmul_many([wm], x, tokens, [y], scratch, pool)?;
+        }
+        return Ok(());
+    }
     let arow = k.activation_row_bytes(cols);
-    if !cols.is_multiple_of(bs) || !cols.is_multiple_of(k.activation.block_size()) {
-        return Err(KernelError::Shape(format!(
-            "{cols} columns is not a whole number of {} blocks",
-            k.weight
-        )));
-    }
-    if w.len() != rows * wrow || x.len() != tokens * cols || y.len() != tokens * rows {
-        return Err(KernelError::Shape(format!(
-            "{} weights {rows}×{cols} ({} bytes, want {}), x {} values (want {}), y {} values (want {})",
-            k.weight,
-            w.len(),
-            rows * wrow,
-            x.len(),
-            tokens * cols,
-            y.len(),
-            tokens * rows
-        )));
-    }
+    let wrow = k.weight_row_bytes(cols);
     scratch.reserve(k, cols, tokens);
     let acts = &mut scratch.buf[..arow * tokens];
     for (xt, at) in x.chunks_exact(cols).zip(acts.chunks_exact_mut(arow)) {
@@ -138,19 +142,31 @@ pub fn matmul(
     } else {
         &acts[..groups * TILE * arow]
     };
-    let chunk = chunk_rows(rows, pool.threads());
-    let n_tasks = rows.div_ceil(chunk);
-    let out = Out(y.as_mut_ptr());
-    let out = &out;
+    // One chunk size over all rows; task ids run through matrix 0's chunks, then 1's, …
+    let total_rows: usize = wms.iter().map(|w| w.rows).sum();
+    let chunk = chunk_rows(total_rows, pool.threads());
+    let tasks_of: [usize; N] = std::array::from_fn(|m| wms[m].rows.div_ceil(chunk));
+    let n_tasks: usize = tasks_of.iter().sum();
+    let mut ys = ys;
+    let outs: [Out; N] = std::array::from_fn(|m| Out(ys[m].as_mut_ptr()));
+    let outs = &outs;
     pool.run(n_tasks, &|task| {
-        let r0 = task * chunk;
+        let (mut m, mut t0) = (0, task);
+        while t0 >= tasks_of[m] {
+            t0 -= tasks_of[m];
+            m += 1;
+        }
+        let (w, rows) = (wms[m].data, wms[m].rows);
+        let r0 = t0 * chunk;
         let r1 = (r0 + chunk).min(rows);
         let a = |t: usize| &acts[t * arow..(t + 1) * arow];
+        let out = &outs[m];
         let store = |t: usize, r: usize, v: f32| {
             debug_assert!(t < tokens && r < rows);
-            // SAFETY: `t < tokens` and `r0 <= r < r1 <= rows`, so the index is inside `y`
-            // (`tokens * rows` values, checked above); each task owns rows `r0..r1` of every
-            // token, so no two tasks write the same element.
+            // SAFETY: `t < tokens` and `r0 <= r < r1 <= rows`, so the index is inside
+            // `ys[m]` (`tokens * rows` values, checked by `check_shapes`); each task owns
+            // rows `r0..r1` of one matrix for every token, so no two tasks write the same
+            // element, and `ys` was a set of distinct `&mut` slices.
             unsafe { *out.0.add(t * rows + r) = v }
         };
         if let Some(tile) = tile {
@@ -181,6 +197,37 @@ pub fn matmul(
             }
         }
     });
+    Ok(())
+}
+
+fn check_shapes(wm: &Weights<'_>, x: &[f32], tokens: usize, y: &[f32]) -> Result<(), KernelError> {
+    let Weights {
+        kernels: k,
+        data: w,
+        rows,
+        cols,
+    } = *wm;
+    let wrow = k.weight_row_bytes(cols);
+    if !cols.is_multiple_of(k.weight.block_size())
+        || !cols.is_multiple_of(k.activation.block_size())
+    {
+        return Err(KernelError::Shape(format!(
+            "{cols} columns is not a whole number of {} blocks",
+            k.weight
+        )));
+    }
+    if w.len() != rows * wrow || x.len() != tokens * cols || y.len() != tokens * rows {
+        return Err(KernelError::Shape(format!(
+            "{} weights {rows}×{cols} ({} bytes, want {}), x {} values (want {}), y {} values (want {})",
+            k.weight,
+            w.len(),
+            rows * wrow,
+            x.len(),
+            tokens * cols,
+            y.len(),
+            tokens * rows
+        )));
+    }
     Ok(())
 }
 

@@ -50,7 +50,7 @@ pub fn softmax(x: &mut [f32]) {
     }
     let mut sum = 0.0f32;
     for v in x.iter_mut() {
-        *v = (*v - max).exp();
+        *v = exp_fast(*v - max);
         sum += *v;
     }
     scale(x, 1.0 / sum);
@@ -59,12 +59,38 @@ pub fn softmax(x: &mut [f32]) {
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
 const GELU_COEF_A: f32 = 0.044_715;
 
-/// GELU, tanh approximation, as ggml computes it:
-/// `0.5·x·(1 + tanh(√(2/π)·x·(1 + 0.044715·x²)))`.
+/// `e^x` within 2 ulp over the whole f32 range, branch-free so loops over it
+/// vectorize (libm's `expf` is a call per element). Cephes' range reduction
+/// `x = n·ln2 + r` and degree-6 polynomial; inputs are clamped so `2^n` is a
+/// normal float; below `-87` (where `expf` turns subnormal) the result is 0.
+#[inline(always)]
+pub fn exp_fast(x: f32) -> f32 {
+    let below = x < -87.0;
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    let x = x.clamp(-87.0, 88.0);
+    // Round to nearest through the 1.5·2^23 trick (vectorizes, unlike `round`).
+    let n = (x * LOG2E + 12_582_912.0) - 12_582_912.0;
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let mut p = 1.987_569_1e-4f32;
+    p = p * r + 1.398_2e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 0.166_666_65;
+    p = p * r + 0.5;
+    let e = p * r * r + r + 1.0;
+    let v = e * f32::from_bits(((n as i32 + 127) as u32) << 23);
+    if below { 0.0 } else { v }
+}
+
+/// GELU, tanh approximation: `0.5·x·(1 + tanh(√(2/π)·x·(1 + 0.044715·x²)))`,
+/// computed as `x · σ(2z)` (the same function) with [`exp_fast`].
 pub fn gelu(x: &mut [f32]) {
     for v in x.iter_mut() {
         let u = *v;
-        *v = 0.5 * u * (1.0 + (SQRT_2_OVER_PI * u * (1.0 + GELU_COEF_A * u * u)).tanh());
+        let z = SQRT_2_OVER_PI * u * (1.0 + GELU_COEF_A * u * u);
+        *v = u / (1.0 + exp_fast(-2.0 * z));
     }
 }
 
@@ -72,7 +98,7 @@ pub fn gelu(x: &mut [f32]) {
 pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len());
     for (g, &u) in gate.iter_mut().zip(up) {
-        *g = *g / (1.0 + (-*g).exp()) * u;
+        *g = *g / (1.0 + exp_fast(-*g)) * u;
     }
 }
 
@@ -321,5 +347,49 @@ mod tests {
         f32_to_bf16(&x, &mut b);
         bf16_to_f32(&b, &mut back);
         assert_eq!(back, x);
+    }
+}
+
+#[cfg(test)]
+mod fast_math_tests {
+    use super::*;
+
+    #[test]
+    fn exp_fast_is_within_a_few_ulp_of_libm() {
+        let mut x = -86.9f32;
+        while x < 88.0 {
+            let (want, got) = (x.exp(), exp_fast(x));
+            assert!(
+                ((got - want) / want).abs() <= 3.0 * f32::EPSILON,
+                "exp({x}) = {got}, libm {want}"
+            );
+            x += 0.001_37;
+        }
+        assert_eq!(exp_fast(0.0), 1.0);
+        assert_eq!(exp_fast(-1000.0), 0.0);
+        assert_eq!(exp_fast(f32::NEG_INFINITY), 0.0);
+        assert!(exp_fast(1000.0).is_finite());
+    }
+
+    #[test]
+    fn gelu_matches_the_tanh_formula() {
+        let mut x = -12.0f32;
+        while x < 12.0 {
+            let want = 0.5
+                * x as f64
+                * (1.0
+                    + (0.797_884_560_802_865_4
+                        * x as f64
+                        * (1.0 + 0.044_715 * x as f64 * x as f64))
+                        .tanh());
+            let mut g = [x];
+            gelu(&mut g);
+            assert!(
+                (g[0] as f64 - want).abs() <= 2e-6 * want.abs() + 1e-9,
+                "gelu({x}) = {}, want {want}",
+                g[0]
+            );
+            x += 0.003_1;
+        }
     }
 }

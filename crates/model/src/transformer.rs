@@ -25,7 +25,7 @@ use lamina_kernels::pool::ThreadPool;
 
 use crate::ModelError;
 use crate::hparams::{Arch, HParams, Window};
-use crate::weights::{Linear, Loader};
+use crate::weights::{Linear, Loader, forward_many};
 
 /// One block's weights.
 #[derive(Debug)]
@@ -362,9 +362,15 @@ impl Model {
             ops::rms_norm_weighted(x, &l.attn_norm, eps, o);
         }
         let xn = &b.xn[..t * d];
-        l.wq.forward(f, xn, t, &mut b.q[..t * qd], &mut b.scratch, pool)?;
-        l.wk.forward(f, xn, t, &mut b.k[..t * kvd], &mut b.scratch, pool)?;
-        l.wv.forward(f, xn, t, &mut b.v[..t * kvd], &mut b.scratch, pool)?;
+        forward_many(
+            [&l.wq, &l.wk, &l.wv],
+            f,
+            xn,
+            t,
+            [&mut b.q[..t * qd], &mut b.k[..t * kvd], &mut b.v[..t * kvd]],
+            &mut b.scratch,
+            pool,
+        )?;
 
         let base = hp.layer_rope_base(il);
         let factors = self.rope_freqs.as_deref();

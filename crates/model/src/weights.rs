@@ -3,7 +3,7 @@
 //! nothing but the small 1-D norm vectors.
 
 use lamina_gguf::{GgmlType, Gguf};
-use lamina_kernels::matmul::{Scratch, Weights, matmul};
+use lamina_kernels::matmul::{Scratch, Weights, matmul, matmul_many};
 use lamina_kernels::pool::ThreadPool;
 use lamina_kernels::{TypeKernels, kernels};
 
@@ -50,6 +50,15 @@ impl Linear {
         })
     }
 
+    fn weights<'a>(&self, file: &'a [u8]) -> Weights<'a> {
+        Weights {
+            kernels: self.kernels,
+            data: self.bytes(file),
+            rows: self.rows,
+            cols: self.cols,
+        }
+    }
+
     /// Row `r` dequantized into `out` (embedding lookup).
     pub fn row(&self, file: &[u8], r: usize, out: &mut [f32]) -> Result<(), ModelError> {
         let rb = self.len / self.rows;
@@ -57,6 +66,29 @@ impl Linear {
         lamina_quant::dequantize_row(self.ty, bytes, out)
             .map_err(|e| ModelError::Unsupported(format!("{}: {e}", self.name)))
     }
+}
+
+/// Several projections of the same input in one pass (input quantized once,
+/// one parallel region) — Q/K/V and gate/up.
+pub fn forward_many<const N: usize>(
+    lins: [&Linear; N],
+    file: &[u8],
+    x: &[f32],
+    tokens: usize,
+    ys: [&mut [f32]; N],
+    scratch: &mut Scratch,
+    pool: &dyn ThreadPool,
+) -> Result<(), ModelError> {
+    let ws: [Weights<'_>; N] = std::array::from_fn(|i| lins[i].weights(file));
+    let refs: [&Weights<'_>; N] = std::array::from_fn(|i| &ws[i]);
+    matmul_many(refs, x, tokens, ys, scratch, pool).map_err(|e| ModelError::Kernel {
+        tensor: lins
+            .iter()
+            .map(|l| l.name.as_str())
+            .collect::<Vec<_>>()
+            .join("+"),
+        source: e,
+    })
 }
 
 /// Looks tensors up by name and checks their shapes.
