@@ -119,28 +119,43 @@ pub fn matmul_many<const N: usize>(
         (k.quantize_activation)(xt, at);
     }
     let acts = &*acts;
-    // Whole groups of 8 tokens go through the 1×8 tile, packed once here.
-    let tile = k.tile8.filter(|_| tokens >= TILE);
-    let groups = if tile.is_some() { tokens / TILE } else { 0 };
-    let gbytes = pack::group_bytes(k.activation, cols);
-    let groups_data: &[u8] = if groups > 0 && pack::needs_packing(k.activation) {
-        if scratch.packed.len() < groups * gbytes {
-            scratch.packed.resize(groups * gbytes, 0);
+    // Whole groups of 8 tokens go through the 1×8 tile, then a group of 4 through
+    // the 1×4 tile; the groups are packed once here. The rest take the row kernel.
+    let tiles = k.tiles.filter(|_| tokens >= TILE / 2);
+    let groups = if tiles.is_some() { tokens / TILE } else { 0 };
+    let has_half = tiles.is_some() && tokens % TILE >= TILE / 2;
+    let g8 = pack::group_bytes(k.activation, cols, TILE);
+    let g4 = pack::group_bytes(k.activation, cols, TILE / 2);
+    let packed_len = groups * g8 + if has_half { g4 } else { 0 };
+    let grouped_tokens = groups * TILE + if has_half { TILE / 2 } else { 0 };
+    let groups_data: &[u8] = if pack::needs_packing(k.activation) {
+        if scratch.packed.len() < packed_len {
+            scratch.packed.resize(packed_len, 0);
         }
-        for (g, out) in scratch.packed[..groups * gbytes]
-            .chunks_exact_mut(gbytes)
-            .enumerate()
-        {
-            pack::pack8(
+        let (full, half) = scratch.packed[..packed_len].split_at_mut(groups * g8);
+        for (g, out) in full.chunks_exact_mut(g8).enumerate() {
+            pack::pack(
                 k.activation,
                 cols,
+                TILE,
                 &acts[g * TILE * arow..(g + 1) * TILE * arow],
                 out,
             );
         }
-        &scratch.packed[..groups * gbytes]
+        if has_half {
+            let t0 = groups * TILE;
+            pack::pack(
+                k.activation,
+                cols,
+                TILE / 2,
+                &acts[t0 * arow..(t0 + TILE / 2) * arow],
+                half,
+            );
+        }
+        &scratch.packed[..packed_len]
     } else {
-        &acts[..groups * TILE * arow]
+        // Other activation types are grouped as they lie: consecutive rows.
+        &acts[..grouped_tokens * arow]
     };
     // One chunk size over all rows; task ids run through matrix 0's chunks, then 1's, …
     let total_rows: usize = wms.iter().map(|w| w.rows).sum();
@@ -169,20 +184,29 @@ pub fn matmul_many<const N: usize>(
             // element, and `ys` was a set of distinct `&mut` slices.
             unsafe { *out.0.add(t * rows + r) = v }
         };
-        if let Some(tile) = tile {
+        if let Some(tiles) = tiles {
             // Groups outermost: the task's weight rows stay in cache across groups.
-            for (g, packed) in groups_data.chunks_exact(gbytes).enumerate() {
+            let (full, half) = groups_data.split_at(groups * g8);
+            for (g, packed) in full.chunks_exact(g8).enumerate() {
                 for r in r0..r1 {
-                    let v = tile(cols, &w[r * wrow..(r + 1) * wrow], packed);
+                    let v = (tiles.x8)(cols, &w[r * wrow..(r + 1) * wrow], packed);
                     for (c, v) in v.into_iter().enumerate() {
                         store(g * TILE + c, r, v);
+                    }
+                }
+            }
+            if has_half {
+                for r in r0..r1 {
+                    let v = (tiles.x4)(cols, &w[r * wrow..(r + 1) * wrow], half);
+                    for (c, v) in v.into_iter().enumerate() {
+                        store(groups * TILE + c, r, v);
                     }
                 }
             }
         }
         for r in r0..r1 {
             let wr = &w[r * wrow..(r + 1) * wrow];
-            let mut t = groups * TILE;
+            let mut t = grouped_tokens;
             if let Some(x4) = k.vec_dot_x4 {
                 while t + 4 <= tokens {
                     let v = x4(cols, wr, [a(t), a(t + 1), a(t + 2), a(t + 3)]);
@@ -258,7 +282,7 @@ mod tests {
                 let w: Vec<u8> = (0..rows)
                     .flat_map(|_| weight_row(&mut rng, ty, cols, 0))
                     .collect();
-                for tokens in [1, 3, 4, 9] {
+                for tokens in [1, 3, 4, 9, 12, 21] {
                     let x = activations(&mut rng, tokens * cols, 0);
                     let mut y = vec![f32::NAN; tokens * rows];
                     let mut s = Scratch::new();

@@ -15,8 +15,17 @@ pub type VecDotFn = fn(n: usize, w: &[u8], a: &[u8]) -> f32;
 /// One weight row against four activation rows, each weight block unpacked once.
 pub type VecDotX4Fn = fn(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4];
 /// One weight row against eight activation rows in the layout of
-/// [`crate::pack::pack8`] (for batches: prompt processing, embedding).
+/// [`crate::pack`] (for batches: prompt processing, embedding).
 pub type Tile8Fn = fn(n: usize, w: &[u8], packed: &[u8]) -> [f32; 8];
+/// The same against a packed group of four rows.
+pub type Tile4Fn = fn(n: usize, w: &[u8], packed: &[u8]) -> [f32; 4];
+
+/// The wide and narrow tiles of a weight type over packed activation groups.
+#[derive(Clone, Copy, Debug)]
+pub struct TileFns {
+    pub x8: Tile8Fn,
+    pub x4: Tile4Fn,
+}
 
 /// The kernels for one weight type on one ISA.
 #[derive(Clone, Copy, Debug)]
@@ -33,9 +42,9 @@ pub struct TypeKernels {
     pub vec_dot: VecDotFn,
     /// A 1×4 tile; `None` where only the row kernel exists.
     pub vec_dot_x4: Option<VecDotX4Fn>,
-    /// A 1×8 tile over packed activations; `None` where the ISA has none
-    /// (always SIMD: the scalar twin is [`TypeKernels::vec_dot`] per column).
-    pub tile8: Option<Tile8Fn>,
+    /// 1×8 and 1×4 tiles over packed activations; `None` where the ISA has
+    /// none (always SIMD: the scalar twin is [`TypeKernels::vec_dot`] per column).
+    pub tiles: Option<TileFns>,
 }
 
 /// Which kernels of an entry are not the scalar reference.
@@ -71,7 +80,7 @@ macro_rules! scalar_entry {
             quantize_activation: scalar::$q,
             vec_dot: scalar::$dot,
             vec_dot_x4: $x4,
-            tile8: None,
+            tiles: None,
         }
     };
 }

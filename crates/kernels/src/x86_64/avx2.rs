@@ -229,6 +229,16 @@ unsafe fn hsum8_i32(p: &[__m256i; 8]) -> __m256i {
     }
 }
 
+/// Four `i32 × 8` vectors → one vector of their four horizontal sums, in order.
+#[inline(always)]
+unsafe fn hsum4_i32(p: &[__m256i; 4]) -> __m128i {
+    // SAFETY: AVX2 is enabled in every kernel calling this.
+    unsafe {
+        let s = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+        _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s))
+    }
+}
+
 /// One legacy weight row (blocks of `wsize` bytes decoded by `quants`)
 /// against a packed group of 8 Q8_0 rows (see [`crate::pack`]).
 #[inline(always)]
@@ -243,12 +253,13 @@ unsafe fn legacy_tile8(
     // AVX2/FMA/F16C are enabled.
     unsafe {
         let ones = _mm256_set1_epi16(1);
+        let gb = crate::pack::q8_0_group_block(8);
         let mut acc = _mm256_setzero_ps();
         for i in 0..nb {
             let x = w.add(i * wsize);
             let qx = quants(x);
             let ax = abs_u8(qx);
-            let y = packed.add(i * crate::pack::Q8_0_GROUP_BLOCK);
+            let y = packed.add(i * gb);
             let mut p = [_mm256_setzero_si256(); 8];
             for (c, p) in p.iter_mut().enumerate() {
                 let s = signed_like(load(y.add(32 * c)), qx);
@@ -264,27 +275,72 @@ unsafe fn legacy_tile8(
     }
 }
 
+/// [`legacy_tile8`] for a packed group of 4 rows.
+#[inline(always)]
+unsafe fn legacy_tile4(
+    nb: usize,
+    w: *const u8,
+    wsize: usize,
+    packed: *const u8,
+    quants: unsafe fn(*const u8) -> __m256i,
+) -> [f32; 4] {
+    // SAFETY: as for `legacy_tile8`, with groups of 4 rows.
+    unsafe {
+        let ones = _mm256_set1_epi16(1);
+        let gb = crate::pack::q8_0_group_block(4);
+        let mut acc = _mm_setzero_ps();
+        for i in 0..nb {
+            let x = w.add(i * wsize);
+            let qx = quants(x);
+            let ax = abs_u8(qx);
+            let y = packed.add(i * gb);
+            let mut p = [_mm256_setzero_si256(); 4];
+            for (c, p) in p.iter_mut().enumerate() {
+                let s = signed_like(load(y.add(32 * c)), qx);
+                *p = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, s), ones);
+            }
+            let sums = _mm_cvtepi32_ps(hsum4_i32(&p));
+            let d = _mm_mul_ps(_mm_set1_ps(fp16(x)), _mm_loadu_ps(y.add(128).cast()));
+            acc = _mm_fmadd_ps(d, sums, acc);
+        }
+        let mut out = [0.0f32; 4];
+        _mm_storeu_ps(out.as_mut_ptr(), acc);
+        out
+    }
+}
+
 macro_rules! legacy_tiles {
-    ($($ty:ident, $size:expr, $quants:ident, $k:ident => $f:ident;)*) => {$(
+    ($($ty:ident, $size:expr, $quants:ident, $k8:ident => $f8:ident, $k4:ident => $f4:ident;)*) => {$(
         #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn $k(nb: usize, w: *const u8, packed: *const u8) -> [f32; 8] {
+        unsafe fn $k8(nb: usize, w: *const u8, packed: *const u8) -> [f32; 8] {
             // SAFETY: forwarded from the wrapper's checks.
             unsafe { legacy_tile8(nb, w, $size, packed, $quants) }
         }
-        pub(crate) fn $f(n: usize, w: &[u8], packed: &[u8]) -> [f32; 8] {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $k4(nb: usize, w: *const u8, packed: *const u8) -> [f32; 4] {
+            // SAFETY: forwarded from the wrapper's checks.
+            unsafe { legacy_tile4(nb, w, $size, packed, $quants) }
+        }
+        pub(crate) fn $f8(n: usize, w: &[u8], packed: &[u8]) -> [f32; 8] {
             let nb = row_blocks(GgmlType::$ty, n, w);
-            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_0, n), "packed group size");
+            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_0, n, 8), "packed group size");
             // SAFETY: `nb` weight blocks and `nb` packed block groups (checked above);
             // reachable only through a table handed out after AVX2 detection.
-            unsafe { $k(nb, w.as_ptr(), packed.as_ptr()) }
+            unsafe { $k8(nb, w.as_ptr(), packed.as_ptr()) }
+        }
+        pub(crate) fn $f4(n: usize, w: &[u8], packed: &[u8]) -> [f32; 4] {
+            let nb = row_blocks(GgmlType::$ty, n, w);
+            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_0, n, 4), "packed group size");
+            // SAFETY: as for the 8-row tile, with groups of 4 rows.
+            unsafe { $k4(nb, w.as_ptr(), packed.as_ptr()) }
         }
     )*};
 }
 
 legacy_tiles! {
-    Q8_0, 34, q8_0_quants, k_q8_0_x8 => tile8_q8_0;
-    Q4_0, 18, q4_0_quants, k_q4_0_x8 => tile8_q4_0;
-    Q5_0, 22, q5_0_quants, k_q5_0_x8 => tile8_q5_0;
+    Q8_0, 34, q8_0_quants, k_q8_0_x8 => tile8_q8_0, k_q8_0_t4 => tile4_q8_0;
+    Q4_0, 18, q4_0_quants, k_q4_0_x8 => tile8_q4_0, k_q4_0_t4 => tile4_q4_0;
+    Q5_0, 22, q5_0_quants, k_q5_0_x8 => tile8_q5_0, k_q5_0_t4 => tile4_q5_0;
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -544,19 +600,28 @@ unsafe fn k_q6_k_x8(nb: usize, w: *const u8, packed: *const u8) -> [f32; 8] {
     unsafe { q6_k::<8>(nb, w, k_group_rows(nb, packed)) }
 }
 macro_rules! k_tiles {
-    ($($ty:ident: $k:ident => $f:ident;)*) => {$(
+    ($($ty:ident: $k:ident => $f:ident, $k4:ident => $f4:ident;)*) => {$(
         pub(crate) fn $f(n: usize, w: &[u8], packed: &[u8]) -> [f32; 8] {
             let nb = row_blocks(GgmlType::$ty, n, w);
-            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_K, n), "group size");
+            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_K, n, 8), "group size");
             // SAFETY: `nb` weight blocks and 8 rows of `nb` Q8_K blocks (checked above);
             // reachable only through a table handed out after AVX2 detection.
             unsafe { $k(nb, w.as_ptr(), packed.as_ptr()) }
         }
+        pub(crate) fn $f4(n: usize, w: &[u8], packed: &[u8]) -> [f32; 4] {
+            let nb = row_blocks(GgmlType::$ty, n, w);
+            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_K, n, 4), "group size");
+            let r = nb * 292;
+            let rows = [packed.as_ptr(), packed[r..].as_ptr(), packed[2 * r..].as_ptr(), packed[3 * r..].as_ptr()];
+            // SAFETY: `nb` weight blocks and 4 rows of `nb` Q8_K blocks (checked above);
+            // reachable only through a table handed out after AVX2 detection.
+            unsafe { $k4(nb, w.as_ptr(), rows) }
+        }
     )*};
 }
 k_tiles! {
-    Q4_K: k_q4_k_x8 => tile8_q4_k;
-    Q6_K: k_q6_k_x8 => tile8_q6_k;
+    Q4_K: k_q4_k_x8 => tile8_q4_k, k_q4_k_x4 => tile4_q4_k;
+    Q6_K: k_q6_k_x8 => tile8_q6_k, k_q6_k_x4 => tile4_q6_k;
 }
 
 k_wrappers! {

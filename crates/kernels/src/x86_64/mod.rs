@@ -9,7 +9,9 @@ pub(crate) mod avx512;
 
 use crate::GgmlType as T;
 use crate::isa::Isa;
-use crate::table::{QuantizeFn, Tile8Fn, TypeKernels, VecDotFn, VecDotX4Fn, scalar};
+use crate::table::{
+    QuantizeFn, Tile4Fn, Tile8Fn, TileFns, TypeKernels, VecDotFn, VecDotX4Fn, scalar,
+};
 
 /// `base` with the kernels given replaced, tagged with `isa`.
 const fn with(
@@ -36,10 +38,10 @@ const fn with(
     k
 }
 
-/// `k` with a 1×8 tile kernel.
-const fn tile8(k: TypeKernels, t: Tile8Fn) -> TypeKernels {
+/// `k` with 1×8 and 1×4 tile kernels.
+const fn tiles(k: TypeKernels, x8: Tile8Fn, x4: Tile4Fn) -> TypeKernels {
     let mut k = k;
-    k.tile8 = Some(t);
+    k.tiles = Some(TileFns { x8, x4 });
     k
 }
 
@@ -52,7 +54,7 @@ pub(crate) static AVX2: [TypeKernels; 13] = [
     with(scalar(T::F32), A, None, Some(avx2::vec_dot_f32), None),
     with(scalar(T::F16), A, None, Some(avx2::vec_dot_f16), None),
     with(scalar(T::BF16), A, None, None, None),
-    tile8(
+    tiles(
         with(
             scalar(T::Q4_0),
             A,
@@ -61,9 +63,10 @@ pub(crate) static AVX2: [TypeKernels; 13] = [
             Some(avx2::vec_dot_x4_q4_0),
         ),
         avx2::tile8_q4_0,
+        avx2::tile4_q4_0,
     ),
     with(scalar(T::Q4_1), A, Q8_1, Some(avx2::vec_dot_q4_1), None),
-    tile8(
+    tiles(
         with(
             scalar(T::Q5_0),
             A,
@@ -72,9 +75,10 @@ pub(crate) static AVX2: [TypeKernels; 13] = [
             Some(avx2::vec_dot_x4_q5_0),
         ),
         avx2::tile8_q5_0,
+        avx2::tile4_q5_0,
     ),
     with(scalar(T::Q5_1), A, Q8_1, None, None),
-    tile8(
+    tiles(
         with(
             scalar(T::Q8_0),
             A,
@@ -83,10 +87,11 @@ pub(crate) static AVX2: [TypeKernels; 13] = [
             Some(avx2::vec_dot_x4_q8_0),
         ),
         avx2::tile8_q8_0,
+        avx2::tile4_q8_0,
     ),
     with(scalar(T::Q2_K), A, Q8_K, None, None),
     with(scalar(T::Q3_K), A, Q8_K, None, None),
-    tile8(
+    tiles(
         with(
             scalar(T::Q4_K),
             A,
@@ -95,9 +100,10 @@ pub(crate) static AVX2: [TypeKernels; 13] = [
             Some(avx2::vec_dot_x4_q4_k),
         ),
         avx2::tile8_q4_k,
+        avx2::tile4_q4_k,
     ),
     with(scalar(T::Q5_K), A, Q8_K, Some(avx2::vec_dot_q5_k), None),
-    tile8(
+    tiles(
         with(
             scalar(T::Q6_K),
             A,
@@ -106,6 +112,7 @@ pub(crate) static AVX2: [TypeKernels; 13] = [
             Some(avx2::vec_dot_x4_q6_k),
         ),
         avx2::tile8_q6_k,
+        avx2::tile4_q6_k,
     ),
 ];
 
