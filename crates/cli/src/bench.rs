@@ -5,11 +5,10 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use lamina_kernels::pool::Rayon;
 use lamina_model::embed::{EmbedOptions, Embedder};
 use serde_json::json;
 
-use crate::embed::init_threads;
+use crate::embed::thread_pool;
 use crate::models;
 
 #[derive(clap::Args, Debug)]
@@ -60,7 +59,7 @@ fn embed(a: EmbedArgs) -> Result<()> {
     if a.runs == 0 {
         bail!("--runs must be at least 1");
     }
-    init_threads(a.threads)?;
+    let pool = thread_pool(a.threads)?;
     let path = models::resolve(&a.model)?;
     let mut e = Embedder::open(&path).with_context(|| format!("loading {}", path.display()))?;
     let opts = EmbedOptions::default();
@@ -90,12 +89,12 @@ fn embed(a: EmbedArgs) -> Result<()> {
         .map(|t| e.tokenize(t, &opts).map(|v| v.len()))
         .sum::<Result<usize, _>>()?;
     for _ in 0..a.warmup {
-        e.embed(&refs, &opts, &Rayon)?;
+        e.embed(&refs, &opts, pool.as_ref())?;
     }
     let mut ms = Vec::with_capacity(a.runs);
     for _ in 0..a.runs {
         let t = Instant::now();
-        e.embed(&refs, &opts, &Rayon)?;
+        e.embed(&refs, &opts, pool.as_ref())?;
         ms.push(t.elapsed().as_secs_f64() * 1e3);
     }
     let mut sorted = ms.clone();
@@ -106,14 +105,14 @@ fn embed(a: EmbedArgs) -> Result<()> {
         println!(
             "{}",
             json!({"model": path.display().to_string(), "texts": refs.len(), "tokens": n_tokens,
-                   "threads": rayon::current_num_threads(), "isa": format!("{:?}", e.model.isa()),
+                   "threads": pool.threads(), "isa": format!("{:?}", e.model.isa()),
                    "p50_ms": p50, "p95_ms": p95, "embeddings_per_s": per_sec, "samples_ms": ms})
         );
     } else {
         println!(
             "{} text(s), {n_tokens} tokens, {} threads, {:?}: P50 {p50:.2} ms, P95 {p95:.2} ms, {per_sec:.1} embeddings/s",
             refs.len(),
-            rayon::current_num_threads(),
+            pool.threads(),
             e.model.isa()
         );
     }

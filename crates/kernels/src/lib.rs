@@ -26,6 +26,7 @@ pub mod ops;
 pub mod pack;
 pub mod pool;
 pub mod scalar;
+pub mod spin;
 pub mod table;
 
 #[cfg(target_arch = "aarch64")]
