@@ -21,6 +21,28 @@ pub struct Args {
 enum What {
     /// Latency of one text (P50/P95 over --runs) or throughput of --batch copies.
     Embed(EmbedArgs),
+    /// Prompt processing (one batch of --pp tokens) and generation (--tg single
+    /// tokens) speed of a text model, as llama-bench's pp/tg tests.
+    Generate(GenerateArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct GenerateArgs {
+    #[arg(short, long)]
+    model: String,
+    /// Prompt tokens processed as one batch.
+    #[arg(long, default_value_t = 512)]
+    pp: usize,
+    /// Tokens generated one at a time after the prompt.
+    #[arg(long, default_value_t = 128)]
+    tg: usize,
+    /// Repetitions of each test.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    #[arg(short, long)]
+    threads: Option<usize>,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -47,6 +69,7 @@ struct EmbedArgs {
 pub fn run(args: Args) -> Result<()> {
     match args.what {
         What::Embed(a) => embed(a),
+        What::Generate(a) => generate(a),
     }
 }
 
@@ -114,6 +137,88 @@ fn embed(a: EmbedArgs) -> Result<()> {
             refs.len(),
             pool.threads(),
             e.model.isa()
+        );
+    }
+    Ok(())
+}
+
+fn generate(a: GenerateArgs) -> Result<()> {
+    use lamina_model::{KvCache, KvType, Model, Workspace};
+    if a.runs == 0 || a.pp == 0 {
+        bail!("--runs and --pp must be at least 1");
+    }
+    let pool = thread_pool(a.threads)?;
+    let path = models::resolve(&a.model)?;
+    let model = Model::open(&path).with_context(|| format!("loading {}", path.display()))?;
+    let hp = &model.hp;
+    let n_ctx = a.pp + a.tg;
+    let mut cache = KvCache::new(hp, n_ctx, KvType::F16);
+    let mut ws = Workspace::new(hp, a.pp);
+    let mut logits = vec![0.0f32; hp.n_vocab];
+    // Deterministic pseudo-random prompt ids (as llama-bench uses random tokens).
+    let prompt: Vec<u32> = (0..a.pp as u64)
+        .map(|i| ((i * 2_654_435_761 + 12_345) % hp.n_vocab as u64) as u32)
+        .collect();
+    let (mut pp_s, mut tg_s) = (Vec::new(), Vec::new());
+    for run in 0..=a.runs {
+        cache.truncate(0);
+        let t = Instant::now();
+        model.forward_cached(
+            &mut ws,
+            &mut cache,
+            &prompt,
+            false,
+            &mut logits,
+            pool.as_ref(),
+        )?;
+        let pp_time = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        for _ in 0..a.tg {
+            let next = logits
+                .iter()
+                .enumerate()
+                .max_by(|x, y| x.1.total_cmp(y.1))
+                .map_or(0, |(i, _)| i as u32);
+            model.forward_cached(
+                &mut ws,
+                &mut cache,
+                &[next],
+                false,
+                &mut logits,
+                pool.as_ref(),
+            )?;
+        }
+        let tg_time = t.elapsed().as_secs_f64();
+        if run > 0 {
+            // Run 0 warms caches and page mappings.
+            pp_s.push(a.pp as f64 / pp_time);
+            if a.tg > 0 {
+                tg_s.push(a.tg as f64 / tg_time);
+            }
+        }
+    }
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    let (pp, tg) = (median(&pp_s), median(&tg_s));
+    if a.json {
+        println!(
+            "{}",
+            json!({"model": path.display().to_string(), "threads": pool.threads(),
+                   "isa": format!("{:?}", model.isa()), "pp": a.pp, "tg": a.tg,
+                   "pp_tokens_per_s": pp, "tg_tokens_per_s": tg,
+                   "pp_samples": pp_s, "tg_samples": tg_s})
+        );
+    } else {
+        println!(
+            "{}: pp{} {pp:.1} tokens/s, tg{} {tg:.1} tokens/s ({} threads, {:?})",
+            path.display(),
+            a.pp,
+            a.tg,
+            pool.threads(),
+            model.isa()
         );
     }
     Ok(())
