@@ -320,19 +320,107 @@ pub(crate) fn fetch_all(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-// ---------------------------------------------------------------------------
-// FUTURE STEP: derived models.
-//
-// Once `lamina convert` (safetensors checkpoint -> GGUF) and `lamina quantize`
-// (GGUF -> other quantization types) exist, this is where `cargo xtask
-// models` produces the converted/quantized GGUF files from the verified
-// downloads above (e.g. EmbeddingGemma as F16/Q8_0 GGUF), by running the
-// freshly built `lamina` binary, writing via a temporary name and recording
-// a stamp like the downloaded models. Until then it deliberately does nothing
-// and prints nothing.
-// ---------------------------------------------------------------------------
-fn produce_derived_models(_dir: &Path) -> Result<()> {
+/// Files made from the downloads with lamina itself: (output, lamina arguments
+/// with `{dir}` for the models directory). Each is written under a temporary
+/// name by lamina and recorded in a `.NAME.derived` stamp holding its recipe.
+const DERIVED: &[(&str, &[&str])] = &[
+    (
+        "embeddinggemma-300m-F32.gguf",
+        &[
+            "convert",
+            "{dir}/embeddinggemma-300m",
+            "{out}",
+            "--type",
+            "f32",
+        ],
+    ),
+    (
+        "embeddinggemma-300m-Q8_0.gguf",
+        &[
+            "quantize",
+            "{dir}/embeddinggemma-300m-F32.gguf",
+            "{out}",
+            "Q8_0",
+        ],
+    ),
+    (
+        "gemma-3-270m-F32.gguf",
+        &["quantize", "{dir}/gemma-3-270m-Q4_K_M.gguf", "{out}", "F32"],
+    ),
+    (
+        "gemma-3-270m-Q8_0.gguf",
+        &[
+            "quantize",
+            "{dir}/gemma-3-270m-Q4_K_M.gguf",
+            "{out}",
+            "Q8_0",
+        ],
+    ),
+    (
+        "SmolLM2-135M-Instruct-F32.gguf",
+        &[
+            "quantize",
+            "{dir}/SmolLM2-135M-Instruct-Q4_1.gguf",
+            "{out}",
+            "F32",
+        ],
+    ),
+    (
+        "SmolLM2-135M-Instruct-Q8_0.gguf",
+        &[
+            "quantize",
+            "{dir}/SmolLM2-135M-Instruct-Q4_1.gguf",
+            "{out}",
+            "Q8_0",
+        ],
+    ),
+];
+
+/// Produces [`DERIVED`] with a freshly built release `lamina`, skipping files
+/// whose stamp records the same recipe and lamina version.
+fn produce_derived_models(dir: &Path) -> Result<()> {
+    let pending: Vec<_> = DERIVED
+        .iter()
+        .filter(|(name, args)| {
+            let stamp = dir.join(format!(".{name}.derived"));
+            !(dir.join(name).is_file()
+                && fs::read_to_string(stamp).is_ok_and(|s| s == recipe(args)))
+        })
+        .collect();
+    if pending.is_empty() {
+        return Ok(());
+    }
+    println!(
+        "building lamina to make {} derived model files",
+        pending.len()
+    );
+    crate::run(crate::cargo().args(["build", "--release", "-q", "-p", "lamina-cli"]))?;
+    let lamina = crate::workspace_root().join("target/release/lamina");
+    for (name, args) in pending {
+        let out = dir.join(name);
+        let dir_s = dir.display().to_string();
+        let out_s = out.display().to_string();
+        let argv: Vec<String> = args
+            .iter()
+            .map(|a| a.replace("{dir}", &dir_s).replace("{out}", &out_s))
+            .collect();
+        println!("  {name}: lamina {}", args.join(" "));
+        let status = std::process::Command::new(&lamina)
+            .args(&argv)
+            .status()
+            .with_context(|| format!("running {}", lamina.display()))?;
+        if !status.success() {
+            anyhow::bail!("making {name} failed: lamina {}", argv.join(" "));
+        }
+        fs::write(dir.join(format!(".{name}.derived")), recipe(args))
+            .with_context(|| format!("writing the stamp of {name}"))?;
+    }
     Ok(())
+}
+
+/// What a derived file was made with (compared on the next run).
+fn recipe(args: &[&str]) -> String {
+    format!("lamina {} {}\n", env!("CARGO_PKG_VERSION"), args.join(" "))
 }
 
 /// Checks a model that is already in place: every pinned file present with

@@ -7,6 +7,7 @@ mod convert;
 mod embed;
 mod inspect;
 mod models;
+mod quantize;
 
 use std::process::ExitCode;
 
@@ -32,6 +33,8 @@ enum Command {
     Inspect(inspect::Args),
     /// Convert a Hugging Face checkpoint folder (safetensors) to GGUF.
     Convert(convert::Args),
+    /// Rewrite a GGUF with its weights in another type, as llama-quantize does.
+    Quantize(quantize::Args),
     /// Embed texts with an embedding model (EmbeddingGemma).
     Embed(embed::Args),
     /// Print the token ids a model's tokenizer gives a text.
@@ -47,6 +50,7 @@ fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(args),
         Command::Convert(args) => convert::run(args),
         Command::Embed(args) => embed::run(args),
+        Command::Quantize(args) => quantize::run(args),
         Command::Tokenize(args) => embed::tokenize(args),
         Command::Bench(args) => bench::run(args),
     };

@@ -4,12 +4,13 @@
 //! * [`hparams`], [`weights`], [`transformer`]: loading a GGUF model and the
 //!   shared decoder stack (Llama, Gemma 3, EmbeddingGemma).
 //! * [`embed`]: sentence embeddings (pooling, dense head, batching).
-//! * [`convert`]: Hugging Face checkpoints → GGUF.
+//! * [`convert`]: Hugging Face checkpoints → GGUF; [`quantize`]: GGUF → GGUF in another type.
 #![forbid(unsafe_code)]
 
 pub mod convert;
 pub mod embed;
 pub mod hparams;
+pub mod quantize;
 pub mod tokenizer;
 pub mod transformer;
 pub mod weights;
