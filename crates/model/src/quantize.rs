@@ -108,7 +108,7 @@ pub fn tensor_type(t: &TensorInfo, target: Target) -> GgmlType {
         return t.ggml_type;
     }
     let ty = target.tensor_type();
-    if t.row_len() % ty.block_size() as u64 != 0 {
+    if !t.row_len().is_multiple_of(ty.block_size() as u64) {
         GgmlType::F16
     } else {
         ty
