@@ -41,6 +41,10 @@ compare a query with millions of stored documents, ranking them by cosine simila
 matching exact keywords (one by one).";
 /// Texts per batch in the throughput figure.
 pub(crate) const BATCH: usize = 96;
+/// llama-embedding's context, batch and micro-batch for the batch figure: it
+/// packs whole texts into forward passes of at most this many tokens, as
+/// lamina does with its default `--batch-tokens 512`.
+const LLAMA_BATCH: &str = "512";
 /// The default embedding model file, in the models directory.
 pub(crate) const EMBED_MODEL: &str = "embeddinggemma-300m-Q8_0.gguf";
 /// The default generation models (those present are measured).
@@ -80,6 +84,32 @@ pub(crate) struct Args {
     /// Repetitions of the batch, one-shot and generation figures.
     #[arg(long, default_value_t = 5)]
     reps: usize,
+    /// Run llama.cpp with OMP_WAIT_POLICY=passive. Its OpenMP threads
+    /// spin-wait by default, which collapses (10-100× slower) when other
+    /// processes share the cores; use this on a busy machine only.
+    #[arg(long)]
+    omp_passive: bool,
+}
+
+impl Args {
+    /// A llama.cpp command with this run's environment.
+    fn llama(&self, program: &Path) -> Command {
+        let mut cmd = Command::new(program);
+        if self.omp_passive {
+            cmd.env("OMP_WAIT_POLICY", "passive");
+        }
+        cmd
+    }
+}
+
+/// The 1-minute load average.
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 pub(crate) fn run_cmd(args: Args) -> Result<()> {
@@ -97,7 +127,19 @@ pub(crate) fn run_cmd(args: Args) -> Result<()> {
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     ensure!(threads >= 1, "--threads must be at least 1");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let load = load_average();
+    if let Some(l) = load
+        && l > 0.5 * cores as f64
+    {
+        eprintln!(
+            "warning: load average {l:.1} on {cores} cores: the machine is busy and the figures \
+             will be noisy (llama.cpp's spinning OpenMP threads suffer most: see --omp-passive)"
+        );
+    }
     let mut report = Report::new(threads);
+    report.load_before = load;
+    report.omp_passive = args.omp_passive;
     let w = args.what;
     if matches!(w, Workload::Embed | Workload::All) {
         embed(&args, threads, &mut report)?;
@@ -218,6 +260,8 @@ struct Report {
     isa: Option<String>,
     llama_commit: Option<String>,
     models: Vec<String>,
+    load_before: Option<f64>,
+    omp_passive: bool,
 }
 
 impl Report {
@@ -229,6 +273,8 @@ impl Report {
             isa: None,
             llama_commit: None,
             models: Vec::new(),
+            load_before: None,
+            omp_passive: false,
         }
     }
 
@@ -271,11 +317,20 @@ impl Report {
             ]);
         }
         let head = format!(
-            "{} threads, ISA {}, lamina {}, llama.cpp {}\n\n",
+            "{}, {} threads, ISA {}, lamina {}, llama.cpp {}{}; load average {} before, {} after\n\n",
+            cpu_model(),
             self.threads,
             self.isa.as_deref().unwrap_or("?"),
             git_commit().unwrap_or_else(|| "?".into()),
             self.llama_commit.as_deref().unwrap_or("?"),
+            if self.omp_passive {
+                " (OMP_WAIT_POLICY=passive)"
+            } else {
+                ""
+            },
+            self.load_before
+                .map_or_else(|| "?".into(), |l| format!("{l:.1}")),
+            load_average().map_or_else(|| "?".into(), |l| format!("{l:.1}")),
         );
         head + &markdown_table(
             &[
@@ -310,6 +365,9 @@ impl Report {
             "timestamp": stamp,
             "machine": {"cpu": cpu_model(), "cores": std::thread::available_parallelism().map_or(0, |n| n.get())},
             "threads": self.threads,
+            "load_average_before": self.load_before,
+            "load_average_after": load_average(),
+            "llama_cpp_env": if self.omp_passive { json!({"OMP_WAIT_POLICY": "passive"}) } else { json!({}) },
             "isa": self.isa,
             "lamina_commit": git_commit(),
             "llama_cpp_commit": self.llama_commit,
@@ -748,7 +806,7 @@ fn embed(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
         let ours = f64s(&v["samples_ms"]);
         eprintln!("  {label} text ({tokens} tokens): llama.cpp");
         let out = capture_ok(
-            Command::new(&lbench)
+            args.llama(&lbench)
                 .args(["-m"])
                 .arg(&model)
                 .args(["-p", &tokens.to_string(), "-n", "0", "-t", &t])
@@ -817,13 +875,23 @@ fn embed(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
     let llama_batch = |cmd: &mut Command| {
         cmd.arg("-m")
             .arg(&model)
-            .args(["-t", &t, "-c", "2048", "-b", "2048", "-ub", "2048"])
-            .args(["--embd-output-format", "array", "-f"])
+            .args([
+                "-t",
+                &t,
+                "-c",
+                LLAMA_BATCH,
+                "-b",
+                LLAMA_BATCH,
+                "-ub",
+                LLAMA_BATCH,
+            ])
+            // Log level 4 makes llama-embedding print its perf summary.
+            .args(["-lv", "4", "--embd-output-format", "array", "-f"])
             .arg(&batch_file);
     };
     for i in 0..args.reps {
         eprintln!("  batch of {BATCH}: llama.cpp {}/{}", i + 1, args.reps);
-        let mut cmd = Command::new(&lembed);
+        let mut cmd = args.llama(&lembed);
         llama_batch(&mut cmd);
         let m = measure_ok(&mut cmd)?;
         let log = String::from_utf8_lossy(&m.output.stderr);
@@ -862,7 +930,7 @@ fn embed(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
                "lamina_embeddings_per_s": ours, "llama_cpp_embeddings_per_s": theirs,
                "lamina_peak": ours_peak.json(), "llama_cpp_peak": theirs_peak.json(),
                "lamina_command": format!("lamina bench embed --batch {BATCH} --runs {} --warmup 1 -t {t}", args.reps),
-               "llama_cpp_command": format!("llama-embedding -m MODEL -t {t} -c 2048 -b 2048 -ub 2048 --embd-output-format array -f BATCH_FILE; embeddings/s = {BATCH} / prompt eval time")}),
+               "llama_cpp_command": format!("llama-embedding -m MODEL -t {t} -c {LLAMA_BATCH} -b {LLAMA_BATCH} -ub {LLAMA_BATCH} -lv 4 --embd-output-format array -f BATCH_FILE; embeddings/s = {BATCH} / prompt eval time")}),
     );
 
     // Idle memory (lamina only: llama.cpp has no tool that loads and waits).
@@ -890,7 +958,7 @@ fn embed(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
         )?;
         ours_wall.push(m.wall_s * 1e3);
         ours_peak = ours_peak.max_by_hwm(m.peak);
-        let m = measure_ok(Command::new(&lembed).arg("-m").arg(&model).args([
+        let m = measure_ok(args.llama(&lembed).arg("-m").arg(&model).args([
             "-t",
             &t,
             "--embd-output-format",
@@ -1047,7 +1115,7 @@ fn generate(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
         }
         eprintln!("bench generate: {name}: llama.cpp");
         let out = capture_ok(
-            Command::new(&lbench)
+            args.llama(&lbench)
                 .arg("-m")
                 .arg(&model)
                 .args(["-p", "512", "-n", tg, "-t", &t, "-r", &reps, "-o", "json"]),

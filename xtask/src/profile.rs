@@ -196,9 +196,12 @@ pub(crate) fn run_cmd(args: Args) -> Result<()> {
         .collect();
     println!("{}", markdown_table(&["#", "self", "function"], &rows));
     println!("Top 20 of lamina's functions by cumulative time (self + callees):\n");
+    // lamina's own functions (not std or rayon generics instantiated with
+    // lamina types), each name once: its largest entry.
+    let mut seen = std::collections::HashSet::new();
     let rows: Vec<Vec<String>> = children_rows
         .iter()
-        .filter(|e| e.symbol.contains("lamina"))
+        .filter(|e| short_symbol(&e.symbol).contains("lamina") && seen.insert(e.symbol.clone()))
         .take(20)
         .enumerate()
         .map(|(i, e)| {
