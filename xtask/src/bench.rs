@@ -102,6 +102,14 @@ impl Args {
     }
 }
 
+/// The `LAMINA_*` variables that change how lamina runs (thread pool, ISA).
+fn lamina_env() -> serde_json::Map<String, Value> {
+    ["LAMINA_POOL", "LAMINA_ISA"]
+        .iter()
+        .filter_map(|k| Some((k.to_string(), json!(std::env::var(k).ok()?))))
+        .collect()
+}
+
 /// The 1-minute load average.
 fn load_average() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
@@ -225,8 +233,9 @@ impl Cell {
     fn ms(v: f64) -> Self {
         Cell::new(v, format!("{v:.1} ms"))
     }
+    /// Mean ± sample standard deviation, as llama-bench reports rates.
     fn rate(s: &Stats, unit: &str) -> Self {
-        Cell::new(s.p50, format!("{:.1} ± {:.1} {unit}", s.p50, s.stddev))
+        Cell::new(s.mean, format!("{:.1} ± {:.1} {unit}", s.mean, s.stddev))
     }
     fn mem(kb_total: u64, kb_file: u64, kb_anon: u64) -> Self {
         Cell::new(
@@ -317,11 +326,15 @@ impl Report {
             ]);
         }
         let head = format!(
-            "{}, {} threads, ISA {}, lamina {}, llama.cpp {}{}; load average {} before, {} after\n\n",
+            "{}, {} threads, ISA {}, lamina {}{}, llama.cpp {}{}; load average {} before, {} after\n\n",
             cpu_model(),
             self.threads,
             self.isa.as_deref().unwrap_or("?"),
             git_commit().unwrap_or_else(|| "?".into()),
+            lamina_env()
+                .iter()
+                .map(|(k, v)| format!(" {k}={}", v.as_str().unwrap_or("")))
+                .collect::<String>(),
             self.llama_commit.as_deref().unwrap_or("?"),
             if self.omp_passive {
                 " (OMP_WAIT_POLICY=passive)"
@@ -367,6 +380,7 @@ impl Report {
             "threads": self.threads,
             "load_average_before": self.load_before,
             "load_average_after": load_average(),
+            "lamina_env": lamina_env(),
             "llama_cpp_env": if self.omp_passive { json!({"OMP_WAIT_POLICY": "passive"}) } else { json!({}) },
             "isa": self.isa,
             "lamina_commit": git_commit(),
@@ -1091,13 +1105,18 @@ fn generate(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
         eprintln!("bench generate: {name}: lamina");
         let out = Command::new(&lamina)
             .args(["bench", "generate", "--json", "--pp", "512", "--tg", tg])
-            .args(["-t", &t, "-m"])
+            .args(["-t", &t, "--runs", &reps, "-m"])
             .arg(&model)
             .stdin(Stdio::null())
             .output()?;
         let ours: std::result::Result<LaminaGenerate, String> = if out.status.success() {
             parse_json_line(&out.stdout)
-                .and_then(|v| parse_lamina_generate(&v))
+                .and_then(|v| {
+                    if let Some(isa) = v["isa"].as_str() {
+                        report.isa = Some(isa.to_string());
+                    }
+                    parse_lamina_generate(&v)
+                })
                 .map_err(|e| format!("bad output: {e:#}"))
         } else {
             let err = String::from_utf8_lossy(&out.stderr);
@@ -1164,7 +1183,7 @@ fn generate(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
                                                        "pp_samples": o.pp_samples, "tg_samples": o.tg_samples}))
                               .unwrap_or_else(|e| json!({"unavailable": e})),
                 "llama_cpp": tests.iter().map(|x| json!({"n_prompt": x.n_prompt, "n_gen": x.n_gen, "samples_ts": x.samples_ts, "samples_ns": x.samples_ns})).collect::<Vec<_>>(),
-                "lamina_command": format!("lamina bench generate --json --pp 512 --tg {tg} -t {t} -m MODEL"),
+                "lamina_command": format!("lamina bench generate --json --pp 512 --tg {tg} -t {t} --runs {reps} -m MODEL"),
                 "llama_cpp_command": format!("llama-bench -m MODEL -p 512 -n {tg} -t {t} -r {reps} -o json"),
             }),
         );

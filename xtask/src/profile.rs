@@ -143,7 +143,9 @@ pub(crate) fn run_cmd(args: Args) -> Result<()> {
             } else {
                 ("16", "128")
             };
-            workload.args(["bench", "generate", "--pp", pp, "--tg", tg, "-t", &t]);
+            workload.args([
+                "bench", "generate", "--pp", pp, "--tg", tg, "-t", &t, "--runs", &r,
+            ]);
         }
     }
     workload.arg("-m").arg(&model);
