@@ -10,12 +10,18 @@
 //! folded stacks and `flamegraph.svg` (made by the `inferno` binaries,
 //! installed with `cargo install inferno` when missing; if that fails, the
 //! folded stacks are written and the SVG is skipped, saying so).
+//!
+//! `--alloc` instead counts allocator calls: uprobes on glibc's `malloc`,
+//! `calloc`, `realloc` and `posix_memalign` (event group `lamina_alloc`,
+//! added once with `perf probe`), the workload run with 1 and 1 + k timed
+//! runs, and the difference divided by k attributed to the innermost lamina
+//! function on each call's stack. No special build of lamina is needed.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 
 use crate::bench::{self, LONG_TEXT, SHORT_TEXT, markdown_table, resolve_model};
 use crate::{lamina_bin, models, run, target_dir};
@@ -59,7 +65,8 @@ impl Workload {
 pub(crate) struct Args {
     #[arg(value_enum)]
     workload: Workload,
-    /// Count allocations and bytes per forward pass (not yet implemented).
+    /// Count allocations and bytes per run of the workload, by call site
+    /// (uprobes on glibc's allocator), instead of the CPU profile.
     #[arg(long)]
     alloc: bool,
     /// Model file or name in the models directory (default: EmbeddingGemma
@@ -81,13 +88,6 @@ pub(crate) struct Args {
 }
 
 pub(crate) fn run_cmd(args: Args) -> Result<()> {
-    if args.alloc {
-        bail!(
-            "--alloc is not yet implemented: counting allocations per forward pass needs a \
-             counting global allocator in the lamina binary (a build feature of lamina-cli), \
-             which does not exist yet. The CPU profile works without --alloc."
-        );
-    }
     ensure_perf()?;
     let lamina = lamina_bin()?;
     let w = args.workload;
@@ -110,45 +110,10 @@ pub(crate) fn run_cmd(args: Args) -> Result<()> {
         }
         (None, _) => bench::default_embed_model()?,
     };
-    let mut workload = Command::new(&lamina);
-    let t = threads.to_string();
-    let r = runs.to_string();
-    match w {
-        Workload::EmbedShort | Workload::EmbedLong | Workload::EmbedBatch => {
-            let text = if w == Workload::EmbedLong {
-                LONG_TEXT
-            } else {
-                SHORT_TEXT
-            };
-            workload
-                .args(["bench", "embed", "--warmup", "1", "-t", &t, "--runs", &r])
-                .args(["--text", text]);
-            if w == Workload::EmbedBatch {
-                workload.args(["--batch", &bench::BATCH.to_string()]);
-            }
-        }
-        Workload::Pp | Workload::Tg => {
-            let probe = Command::new(&lamina)
-                .args(["bench", "generate", "--help"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()?;
-            ensure!(
-                probe.success(),
-                "profile {}: `lamina bench generate` is not available yet",
-                w.name()
-            );
-            let (pp, tg) = if w == Workload::Pp {
-                ("512", "0")
-            } else {
-                ("16", "128")
-            };
-            workload.args([
-                "bench", "generate", "--pp", pp, "--tg", tg, "-t", &t, "--runs", &r,
-            ]);
-        }
+    if args.alloc {
+        return alloc_profile(&lamina, w, &model, threads, args.runs);
     }
-    workload.arg("-m").arg(&model);
+    let workload = workload_cmd(&lamina, w, &model, threads, runs, 1)?;
 
     let out = target_dir().join("profile").join(w.name());
     fs::create_dir_all(&out)?;
@@ -222,6 +187,304 @@ pub(crate) fn run_cmd(args: Args) -> Result<()> {
 
     flamegraph(&data, &out)?;
     println!("perf data and full reports: {}", out.display());
+    Ok(())
+}
+
+/// The `lamina bench` command line of a workload.
+fn workload_cmd(
+    lamina: &Path,
+    w: Workload,
+    model: &Path,
+    threads: usize,
+    runs: usize,
+    warmup: usize,
+) -> Result<Command> {
+    let mut cmd = Command::new(lamina);
+    let (t, r) = (threads.to_string(), runs.to_string());
+    match w {
+        Workload::EmbedShort | Workload::EmbedLong | Workload::EmbedBatch => {
+            let text = if w == Workload::EmbedLong {
+                LONG_TEXT
+            } else {
+                SHORT_TEXT
+            };
+            cmd.args(["bench", "embed", "-t", &t, "--runs", &r, "--text", text])
+                .args(["--warmup", &warmup.to_string()]);
+            if w == Workload::EmbedBatch {
+                cmd.args(["--batch", &bench::BATCH.to_string()]);
+            }
+        }
+        Workload::Pp | Workload::Tg => {
+            let probe = Command::new(lamina)
+                .args(["bench", "generate", "--help"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()?;
+            ensure!(
+                probe.success(),
+                "profile {}: `lamina bench generate` is not available yet",
+                w.name()
+            );
+            // `lamina bench generate` always runs one untimed warm-up.
+            let (pp, tg) = if w == Workload::Pp {
+                ("512", "0")
+            } else {
+                ("16", "128")
+            };
+            cmd.args([
+                "bench", "generate", "--pp", pp, "--tg", tg, "-t", &t, "--runs", &r,
+            ]);
+        }
+    }
+    cmd.arg("-m").arg(model);
+    Ok(cmd)
+}
+
+// ---------------------------------------------------------------------------
+// Allocations (`--alloc`).
+
+/// uprobes on glibc's allocator entry points, in their own event group.
+const ALLOC_PROBES: &[(&str, &str)] = &[
+    ("malloc", "lamina_alloc:malloc=__libc_malloc size=%di:u64"),
+    (
+        "calloc",
+        "lamina_alloc:calloc=__libc_calloc nmemb=%di:u64 size=%si:u64",
+    ),
+    (
+        "realloc",
+        "lamina_alloc:realloc=__libc_realloc size=%si:u64",
+    ),
+    (
+        "posix_memalign",
+        "lamina_alloc:posix_memalign=posix_memalign size=%dx:u64",
+    ),
+];
+
+/// The libc a binary loads (`ldd`'s `libc.so.6 => PATH`).
+fn libc_of(bin: &Path) -> Result<PathBuf> {
+    let out = Command::new("ldd")
+        .arg(bin)
+        .output()
+        .context("running ldd")?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.contains("libc.so.6 =>"))
+        .and_then(|l| l.split("=>").nth(1)?.split_whitespace().next())
+        .map(PathBuf::from)
+        .with_context(|| format!("{} does not load glibc's libc.so.6", bin.display()))
+}
+
+fn ensure_alloc_probes(libc: &Path) -> Result<()> {
+    let list = Command::new("perf").args(["probe", "-l"]).output()?;
+    let list = String::from_utf8_lossy(&list.stdout).into_owned();
+    for (name, spec) in ALLOC_PROBES {
+        if list.contains(&format!("lamina_alloc:{name} ")) {
+            continue;
+        }
+        let out = Command::new("perf")
+            .args(["probe", "-x"])
+            .arg(libc)
+            .args(["--add", spec])
+            .output()?;
+        ensure!(
+            out.status.success(),
+            "could not add the uprobe {spec:?} (needs root and a kernel with uprobes): {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// One allocator call from `perf script`: which entry point, how many bytes,
+/// and the innermost lamina function on the stack.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct AllocSample {
+    pub func: String,
+    pub bytes: u64,
+    pub site: String,
+}
+
+/// Parses `perf script` output of the `lamina_alloc:*` probes with call
+/// graphs.
+pub(crate) fn parse_alloc_script(text: &str) -> Vec<AllocSample> {
+    let mut out = Vec::new();
+    let mut cur: Option<AllocSample> = None;
+    for line in text.lines() {
+        if line.trim().is_empty() {
+            out.extend(cur.take());
+        } else if line.starts_with(|c: char| c.is_whitespace()) {
+            let Some(s) = cur.as_mut() else { continue };
+            if !s.site.is_empty() {
+                continue;
+            }
+            let sym = frame_symbol(line.trim());
+            if short_symbol(sym).contains("lamina") {
+                s.site = sym.to_string();
+            }
+        } else {
+            out.extend(cur.take());
+            let Some(ev) = line
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("lamina_alloc:"))
+            else {
+                continue;
+            };
+            let field = |k: &str| -> Option<u64> {
+                line.split_whitespace()
+                    .find_map(|w| w.strip_prefix(k)?.parse().ok())
+            };
+            let size = field("size=").unwrap_or(0);
+            let bytes = size.saturating_mul(field("nmemb=").unwrap_or(1));
+            cur = Some(AllocSample {
+                func: ev.trim_end_matches(':').to_string(),
+                bytes,
+                site: String::new(),
+            });
+        }
+    }
+    out.extend(cur);
+    for s in &mut out {
+        if s.site.is_empty() {
+            s.site = "(no lamina frame: std or start-up)".into();
+        }
+    }
+    out
+}
+
+/// `55d0c1 symbol+0x1f (dso)` → `symbol`.
+fn frame_symbol(frame: &str) -> &str {
+    let after_addr = frame.split_once(' ').map_or("", |(_, r)| r);
+    let sym = match after_addr.rfind(" (") {
+        Some(i) => &after_addr[..i],
+        None => after_addr,
+    };
+    match sym.rfind("+0x") {
+        Some(i) => &sym[..i],
+        None => sym,
+    }
+}
+
+/// Per call site: (calls, bytes).
+fn alloc_by_site(samples: &[AllocSample]) -> std::collections::BTreeMap<String, (u64, u64)> {
+    let mut m = std::collections::BTreeMap::new();
+    for s in samples {
+        let e: &mut (u64, u64) = m.entry(s.site.clone()).or_default();
+        e.0 += 1;
+        e.1 += s.bytes;
+    }
+    m
+}
+
+/// `--alloc`: the workload run twice, with `a` and `b` timed runs and no
+/// warm-up, under uprobes on malloc/calloc/realloc/posix_memalign; the
+/// difference divided by `b - a` is what one run (one `embed` call, or one
+/// pp+tg pass) allocates, by call site.
+fn alloc_profile(
+    lamina: &Path,
+    w: Workload,
+    model: &Path,
+    threads: usize,
+    extra_runs: Option<usize>,
+) -> Result<()> {
+    let libc = libc_of(lamina)?;
+    ensure_alloc_probes(&libc)?;
+    let (a, b) = (
+        1,
+        1 + extra_runs.unwrap_or(if w == Workload::EmbedBatch { 2 } else { 10 }),
+    );
+    let out = target_dir()
+        .join("profile")
+        .join(format!("{}-alloc", w.name()));
+    fs::create_dir_all(&out)?;
+    let mut sites = Vec::new();
+    for runs in [a, b] {
+        let data = out.join(format!("alloc-{runs}.data"));
+        let _ = fs::remove_file(&data);
+        let cmd = workload_cmd(lamina, w, model, threads, runs, 0)?;
+        let mut rec = Command::new("perf");
+        rec.arg("record");
+        for (name, _) in ALLOC_PROBES {
+            rec.args(["-e", &format!("lamina_alloc:{name}")]);
+        }
+        // A large buffer: start-up allocates in bursts, and a lost chunk
+        // would skew the difference between the two runs.
+        rec.args(["--call-graph", "dwarf,16384", "-m", "64M", "-o"])
+            .arg(&data)
+            .arg("--")
+            .arg(cmd.get_program())
+            .args(cmd.get_args());
+        run(&mut rec)?;
+        let script = Command::new("perf")
+            .arg("script")
+            .arg("-i")
+            .arg(&data)
+            .stderr(Stdio::null())
+            .output()?;
+        ensure!(script.status.success(), "perf script failed");
+        let samples = parse_alloc_script(&String::from_utf8_lossy(&script.stdout));
+        sites.push(alloc_by_site(&samples));
+    }
+    let k = (b - a) as f64;
+    let total = |m: &std::collections::BTreeMap<String, (u64, u64)>| {
+        m.values().fold((0u64, 0u64), |t, v| (t.0 + v.0, t.1 + v.1))
+    };
+    let (ta, tb) = (total(&sites[0]), total(&sites[1]));
+    let per_run = (
+        (tb.0 as f64 - ta.0 as f64) / k,
+        (tb.1 as f64 - ta.1 as f64) / k,
+    );
+    let mut rows: Vec<(String, f64, f64)> = sites[1]
+        .iter()
+        .map(|(site, &(n, bytes))| {
+            let (na, ba) = sites[0].get(site).copied().unwrap_or((0, 0));
+            (
+                site.clone(),
+                (n as f64 - na as f64) / k,
+                (bytes as f64 - ba as f64) / k,
+            )
+        })
+        .filter(|r| r.1.abs() >= 0.05)
+        .collect();
+    rows.sort_by(|x, y| y.1.total_cmp(&x.1));
+    println!(
+        "\n## {} allocations — {} ({threads} threads; runs {a} vs {b}, no warm-up)\n",
+        w.name(),
+        model.display()
+    );
+    println!(
+        "Per run: {:.1} allocations, {:.0} bytes. Start-up plus one run: {} allocations, {} bytes.\n",
+        per_run.0, per_run.1, ta.0, ta.1
+    );
+    let table: Vec<Vec<String>> = rows
+        .iter()
+        .take(20)
+        .enumerate()
+        .map(|(i, (site, n, bytes))| {
+            vec![
+                (i + 1).to_string(),
+                format!("{n:.1}"),
+                format!("{bytes:.0}"),
+                short_symbol(site),
+            ]
+        })
+        .collect();
+    println!(
+        "{}",
+        markdown_table(
+            &[
+                "#",
+                "allocations/run",
+                "bytes/run",
+                "call site (innermost lamina function)"
+            ],
+            &table
+        )
+    );
+    println!(
+        "A run is one `lamina bench` repetition: one embed call (tokenize, forward, pooling, \
+         output vectors) or one pp+tg pass. perf data: {}",
+        out.display()
+    );
     Ok(())
 }
 
@@ -592,6 +855,38 @@ mod tests {
             short_symbol("<lamina_kernels::pool::Rayon as lamina_kernels::pool::ThreadPool>::run"),
             "<lamina_kernels::pool::Rayon as lamina_kernels::pool::ThreadPool>::run"
         );
+    }
+
+    #[test]
+    fn alloc_script_is_parsed() {
+        let text = "\
+lamina 12168 [000]  6596.664741:         lamina_alloc:malloc: (7fd2ea9ef930) size=472
+\t           98930 __GI___libc_malloc+0x0 (inlined)
+\t          3be403 std::rt::lang_start_internal+0x243 (/work/target/release/lamina)
+
+lamina 12168 [001]  6596.70:         lamina_alloc:calloc: (7fd2ea9ef930) nmemb=4 size=256
+\t           98930 __libc_calloc+0x0 (inlined)
+\t          100000 alloc::raw_vec::RawVec<lamina_model::Foo>::grow+0x10 (inlined)
+\t          100100 lamina_model::embed::Embedder::embed_ids+0x43 (/work/target/release/lamina)
+\t          100200 lamina_model::embed::Embedder::embed+0x43 (/work/target/release/lamina)
+
+lamina 12168 [001]  6596.71:         lamina_alloc:realloc: (7fd2ea9ef930) size=64
+\t          100100 <lamina_kernels::pool::Rayon as lamina_kernels::pool::ThreadPool>::run+0x1 (/x)
+";
+        let s = parse_alloc_script(text);
+        assert_eq!(s.len(), 3);
+        assert_eq!(s[0].func, "malloc");
+        assert_eq!(s[0].bytes, 472);
+        assert_eq!(s[0].site, "(no lamina frame: std or start-up)");
+        assert_eq!(s[1].func, "calloc");
+        assert_eq!(s[1].bytes, 1024);
+        assert_eq!(s[1].site, "lamina_model::embed::Embedder::embed_ids");
+        assert_eq!(
+            s[2].site,
+            "<lamina_kernels::pool::Rayon as lamina_kernels::pool::ThreadPool>::run"
+        );
+        let m = alloc_by_site(&s);
+        assert_eq!(m["lamina_model::embed::Embedder::embed_ids"], (1, 1024));
     }
 
     #[test]
