@@ -1163,7 +1163,7 @@ fn generate(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
                     };
                     Ok(Cell::new(v, format!("{v:.1} tok/s")))
                 }
-                Err(why) => Err(format!("lamina: {why}")),
+                Err(why) => Err(why.to_string()),
             };
             let theirs_cell = match theirs {
                 Some(s) => Ok(Cell::rate(&s, "tok/s")),
