@@ -1099,9 +1099,13 @@ fn generate(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
             |n| n.to_string_lossy().into_owned(),
         );
         report.models.push(model.display().to_string());
-        // Embedding models do no token generation.
-        let is_embedding = name.starts_with("embeddinggemma");
-        let tg = if is_embedding { "0" } else { "128" };
+        if name.starts_with("embeddinggemma") {
+            // An embedding model has no LM head: its prompt processing is
+            // one embedding forward over a ~512-token text.
+            embed_pp(args, &lamina, &lbench, &model, &name, threads, report)?;
+            continue;
+        }
+        let tg = "128";
         eprintln!("bench generate: {name}: lamina");
         let out = Command::new(&lamina)
             .args(["bench", "generate", "--json", "--pp", "512", "--tg", tg])
@@ -1145,10 +1149,10 @@ fn generate(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
         }
         let pp = tests.iter().find(|x| x.n_prompt == 512 && x.n_gen == 0);
         let tgt = tests.iter().find(|x| x.n_prompt == 0 && x.n_gen == 128);
-        let mut figures = vec![("pp512", pp, ours.as_ref().map(|o| o.pp_samples.clone()))];
-        if !is_embedding {
-            figures.push(("tg128", tgt, ours.as_ref().map(|o| o.tg_samples.clone())));
-        }
+        let figures = [
+            ("pp512", pp, ours.as_ref().map(|o| o.pp_samples.clone())),
+            ("tg128", tgt, ours.as_ref().map(|o| o.tg_samples.clone())),
+        ];
         for (fig, theirs, ours_samples) in figures {
             let theirs = theirs.map(|x| stats(&x.samples_ts));
             let ours_cell = match &ours_samples {
@@ -1188,6 +1192,68 @@ fn generate(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
             }),
         );
     }
+    Ok(())
+}
+
+/// Prompt processing of an embedding model: `lamina bench embed` on the long
+/// text repeated 9 times (515 tokens) against `llama-bench --embeddings 1`
+/// on as many tokens.
+fn embed_pp(
+    args: &Args,
+    lamina: &Path,
+    lbench: &Path,
+    model: &Path,
+    name: &str,
+    threads: usize,
+    report: &mut Report,
+) -> Result<()> {
+    let t = threads.to_string();
+    let reps = args.reps.to_string();
+    let text = [LONG_TEXT; 9].join(" ");
+    eprintln!("bench generate: {name}: lamina (embedding forward)");
+    let out = capture_ok(
+        Command::new(lamina)
+            .args(["bench", "embed", "--json", "--warmup", "1", "-t", &t])
+            .args(["--runs", &reps, "--text", &text, "-m"])
+            .arg(model),
+    )?;
+    let v = parse_json_line(&out.stdout)?;
+    let tokens = v["tokens"].as_u64().context("lamina bench embed: tokens")?;
+    let ub = tokens.max(512).to_string();
+    let ours: Vec<f64> = f64s(&v["samples_ms"])
+        .iter()
+        .map(|ms| tokens as f64 / (ms / 1e3))
+        .collect();
+    eprintln!("bench generate: {name}: llama.cpp (embedding forward)");
+    let out = capture_ok(
+        args.llama(lbench)
+            .arg("-m")
+            .arg(model)
+            .args(["-p", &tokens.to_string(), "-n", "0", "-t", &t, "-r", &reps])
+            // A non-causal model needs the whole text in one micro-batch.
+            .args(["-b", &ub, "-ub", &ub, "--embeddings", "1", "-o", "json"]),
+    )?;
+    let tests = parse_llama_bench(&String::from_utf8_lossy(&out.stdout))?;
+    let theirs = tests
+        .first()
+        .map(|x| x.samples_ts.clone())
+        .unwrap_or_default();
+    report.row(
+        format!("{name} pp{tokens} (embedding forward), tokens/s"),
+        Better::Higher,
+        Ok(Cell::rate(&stats(&ours), "tok/s")),
+        if theirs.is_empty() {
+            Err("missing from llama-bench output".into())
+        } else {
+            Ok(Cell::rate(&stats(&theirs), "tok/s"))
+        },
+    );
+    report.detail.insert(
+        format!("embed_pp_{name}"),
+        json!({"tokens": tokens, "lamina_tokens_per_s": ours, "llama_cpp_tokens_per_s": theirs,
+               "lamina_command": format!("lamina bench embed --json --warmup 1 -t {t} --runs {reps} --text LONG×9 -m MODEL"),
+               "llama_cpp_command": format!("llama-bench -m MODEL -p {tokens} -n 0 -t {t} -r {reps} -b {ub} -ub {ub} --embeddings 1 -o json")}),
+    );
     Ok(())
 }
 
