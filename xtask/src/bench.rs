@@ -385,7 +385,7 @@ impl Report {
             "isa": self.isa,
             "lamina_commit": git_commit(),
             "llama_cpp_commit": self.llama_commit,
-            "llama_cpp_bin": llama_cpp::bin_dir().ok().map(|p| p.display().to_string()),
+            "llama_cpp_bin": llama_cpp::existing_bin_dir().map(|p| p.display().to_string()),
             "models": self.models,
             "figures": figures,
             "samples": Value::Object(self.detail.clone()),

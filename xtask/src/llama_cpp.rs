@@ -100,6 +100,14 @@ pub(crate) fn bin_dir() -> Result<PathBuf> {
     build(false)
 }
 
+/// The tools' folder if there is one already (never builds).
+pub(crate) fn existing_bin_dir() -> Option<PathBuf> {
+    match override_dir() {
+        Some(d) => Some(d),
+        None => cache_is_complete().then(cached_bin_dir),
+    }
+}
+
 /// The path of one llama.cpp tool, e.g. `llama_cpp_bin("llama-bench")`.
 pub(crate) fn llama_cpp_bin(name: &str) -> Result<PathBuf> {
     let path = bin_dir()?.join(name);
