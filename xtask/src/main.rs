@@ -7,9 +7,19 @@
 //! * `cargo xtask test` runs every test: models, the workspace tests and the
 //!   cross-ISA kernel tests (`.ci/isa-tests.sh`). `.ci/run` calls it.
 //! * `cargo xtask quickstart` fetches the default model and inspects it.
+//! * `cargo xtask llama-cpp [--force]` builds the reference llama.cpp tools
+//!   into `target/llama.cpp/` (see [`llama_cpp`]).
+//! * `cargo xtask bench [embed|generate|kernels|all]` measures lamina and
+//!   llama.cpp side by side (see [`bench`]).
+//! * `cargo xtask profile WORKLOAD` records a CPU profile (see [`profile`]).
+//! * `cargo xtask validate [--live]` runs the fidelity checks (see [`validate`]).
 
+mod bench;
+mod llama_cpp;
 mod models;
+mod profile;
 mod tidy;
+mod validate;
 
 use std::path::{Path, PathBuf};
 use std::process::Command as Cmd;
@@ -45,6 +55,18 @@ enum Command {
     },
     /// Fetch the default model if missing and run the main job on it.
     Quickstart,
+    /// Fetch and build the reference llama.cpp tools (once) and print their folder.
+    LlamaCpp {
+        /// Download and rebuild from scratch.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Benchmark lamina and llama.cpp side by side.
+    Bench(bench::Args),
+    /// CPU profile of a workload: top functions and a flamegraph under target/profile/.
+    Profile(profile::Args),
+    /// Fidelity checks against the gold files (and llama.cpp with --live).
+    Validate(validate::Args),
 }
 
 fn main() -> Result<()> {
@@ -88,6 +110,14 @@ fn main() -> Result<()> {
                 ])
                 .arg(dir.join("gemma-3-270m-Q4_K_M.gguf")))
         }
+        Command::LlamaCpp { force } => {
+            let bin = llama_cpp::build(force)?;
+            println!("{}", bin.display());
+            Ok(())
+        }
+        Command::Bench(args) => bench::run_cmd(args),
+        Command::Profile(args) => profile::run_cmd(args),
+        Command::Validate(args) => validate::run_cmd(args),
     }
 }
 
@@ -103,6 +133,33 @@ fn run(cmd: &mut Cmd) -> Result<()> {
     let status = cmd.status()?;
     anyhow::ensure!(status.success(), "command failed ({status}): {cmd:?}");
     Ok(())
+}
+
+/// Cargo's target directory: `$CARGO_TARGET_DIR` (relative to the workspace
+/// root if relative), else `<root>/target`.
+pub(crate) fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR").filter(|d| !d.is_empty()) {
+        Some(d) => workspace_root().join(d),
+        None => workspace_root().join("target"),
+    }
+}
+
+/// Builds the release `lamina` binary (a no-op when up to date) and returns
+/// its path. `LAMINA_BIN` names another binary to use instead, unbuilt.
+pub(crate) fn lamina_bin() -> Result<PathBuf> {
+    if let Some(bin) = std::env::var_os("LAMINA_BIN").filter(|b| !b.is_empty()) {
+        let bin = PathBuf::from(bin);
+        anyhow::ensure!(bin.is_file(), "LAMINA_BIN={} is not a file", bin.display());
+        return Ok(bin);
+    }
+    run(cargo().args(["build", "--release", "--quiet", "-p", "lamina-cli"]))?;
+    let bin = target_dir().join("release/lamina");
+    anyhow::ensure!(
+        bin.is_file(),
+        "cargo built lamina-cli but {} is missing",
+        bin.display()
+    );
+    Ok(bin)
 }
 
 /// The workspace root: the parent of xtask's own manifest directory.
