@@ -64,30 +64,47 @@ pub fn thread_pool(threads: Option<usize>) -> Result<Box<dyn ThreadPool>> {
     Ok(Box::new(Rayon))
 }
 
-/// Texts from arguments, else a file, else stdin (one per line).
+/// Texts from arguments, else a file, else stdin (one per line; `\n` or
+/// `\r\n` ends a line).
 fn read_texts(texts: Vec<String>, file: Option<&PathBuf>) -> Result<Vec<String>> {
     if !texts.is_empty() {
         return Ok(texts);
     }
-    let lines = |r: &mut dyn BufRead| -> Result<Vec<String>> {
+    let lines = |r: &mut dyn BufRead, what: &str| -> Result<Vec<String>> {
         let mut out = Vec::new();
-        for line in r.lines() {
-            out.push(line.context("input is not valid UTF-8 text")?);
+        for (i, line) in r.split(b'\n').enumerate() {
+            let mut line = line.with_context(|| format!("reading {what}"))?;
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+            match String::from_utf8(line) {
+                Ok(s) => out.push(s),
+                Err(e) => bail!(
+                    "line {} of {what} is not valid UTF-8 text ({})",
+                    i + 1,
+                    e.utf8_error()
+                ),
+            }
         }
         Ok(out)
     };
     match file {
         Some(f) => {
             let fh = std::fs::File::open(f).with_context(|| format!("opening {}", f.display()))?;
-            lines(&mut std::io::BufReader::new(fh))
+            lines(&mut std::io::BufReader::new(fh), &f.display().to_string())
         }
-        None => lines(&mut std::io::stdin().lock()),
+        None => lines(&mut std::io::stdin().lock(), "stdin"),
     }
 }
 
 pub fn run(args: Args) -> Result<()> {
     let pool = thread_pool(args.threads)?;
     let path = models::resolve(&args.model)?;
+    // Read the input before loading the model, so bad input fails fast.
+    let texts = read_texts(args.texts, args.file.as_ref())?;
+    if texts.is_empty() {
+        bail!("no text to embed: pass texts as arguments, --file, or lines on stdin");
+    }
     let t0 = Instant::now();
     let mut embedder =
         Embedder::open(&path).with_context(|| format!("loading {}", path.display()))?;
@@ -98,10 +115,6 @@ pub fn run(args: Args) -> Result<()> {
         embedder.model.isa(),
         pool.threads()
     );
-    let texts = read_texts(args.texts, args.file.as_ref())?;
-    if texts.is_empty() {
-        bail!("no text to embed: pass texts as arguments, --file, or lines on stdin");
-    }
     let prefix = match args.task.as_deref() {
         None => String::new(),
         Some("query") => QUERY_PREFIX.to_string(),

@@ -7,6 +7,12 @@ pub trait ThreadPool: Sync {
     fn threads(&self) -> usize;
     /// Calls `f(i)` once for every `i` in `0..n_tasks`.
     fn run(&self, n_tasks: usize, f: &(dyn Fn(usize) + Sync));
+    /// Runs `f` where this pool's [`run`](ThreadPool::run) calls are cheapest,
+    /// so a caller making many of them (a whole forward pass) enters the pool
+    /// once. The default runs `f` here.
+    fn install(&self, f: &mut (dyn FnMut() + Send)) {
+        f()
+    }
 }
 
 /// Runs every task on the calling thread.
@@ -36,6 +42,18 @@ impl ThreadPool for Rayon {
             (0..n_tasks).for_each(f);
         } else {
             (0..n_tasks).into_par_iter().for_each(f);
+        }
+    }
+    /// Runs `f` on one of the pool's workers. Called from outside the pool,
+    /// every `run` injects a job into rayon's global queue (a linked list
+    /// that allocates a block every 63 jobs) and sleeps on a latch; from a
+    /// worker, `run` pushes onto that worker's own deque, which allocates
+    /// nothing once warm.
+    fn install(&self, f: &mut (dyn FnMut() + Send)) {
+        if rayon::current_thread_index().is_some() {
+            f()
+        } else {
+            rayon::scope(|_| f())
         }
     }
 }

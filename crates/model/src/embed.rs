@@ -151,6 +151,19 @@ impl Embedder {
             )));
         }
         let mut out = Vec::with_capacity(seqs.len());
+        let mut result = Ok(());
+        // Enter the pool once for all the forwards (see `ThreadPool::install`).
+        pool.install(&mut || result = self.embed_batches(seqs, opts, pool, &mut out));
+        result.map(|()| out)
+    }
+
+    fn embed_batches(
+        &mut self,
+        seqs: &[Vec<u32>],
+        opts: &EmbedOptions,
+        pool: &dyn ThreadPool,
+        out: &mut Vec<Embedding>,
+    ) -> Result<(), ModelError> {
         let mut tokens = Vec::new();
         let mut ranges: Vec<Range<usize>> = Vec::new();
         let mut i = 0;
@@ -175,7 +188,7 @@ impl Embedder {
                 });
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Mean of the sequence's hidden states through the dense head, L2-normalised.
