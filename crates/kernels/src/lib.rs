@@ -19,6 +19,7 @@
 //! in `[-127, 127]`, which the x86 `maddubs` sign trick relies on (weights may
 //! hold -128).
 
+pub mod alloc_count;
 pub mod attention;
 pub mod isa;
 pub mod matmul;

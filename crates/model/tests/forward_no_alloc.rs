@@ -9,41 +9,14 @@
 //! Reads `embeddinggemma-300m-Q8_0.gguf` (else the F32 file) from the models
 //! directory; without either it says so on stderr and passes.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::ops::Range;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
+use lamina_kernels::alloc_count::{CountingAlloc, allocations};
 use lamina_kernels::pool::{Rayon, Serial, ThreadPool};
 use lamina_model::{Model, Workspace};
 
-struct Counting;
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc_zeroed(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
 #[global_allocator]
-static A: Counting = Counting;
+static A: CountingAlloc = CountingAlloc;
 
 /// `n` sequences of the given lengths packed into one batch.
 fn batch(lens: &[usize]) -> (Vec<u32>, Vec<Range<usize>>) {
@@ -95,11 +68,11 @@ fn forward_sequences_does_not_allocate_once_sized() {
             }
             let all = std::iter::once((&big, &big_seqs)).chain(smaller.iter().map(|(t, s)| (t, s)));
             for (tokens, seqs) in all {
-                let before = ALLOCS.load(Ordering::SeqCst);
+                let before = allocations();
                 model
                     .forward_sequences(&mut ws, tokens, seqs, pool)
                     .unwrap();
-                let after = ALLOCS.load(Ordering::SeqCst);
+                let after = allocations();
                 assert_eq!(
                     after,
                     before,

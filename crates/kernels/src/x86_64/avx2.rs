@@ -143,6 +143,12 @@ unsafe fn q5_0_quants(x: *const u8) -> __m256i {
 
 /// Σ_blocks d_w·d_a·Σ(w·a) for weight blocks of `wsize` bytes decoded by
 /// `quants`, against `N` Q8_0 activation rows.
+///
+/// Each block's integer sum is exact and is accumulated as
+/// `acc = fma(d_w·d_a, Σ, acc)` in block order: bit for bit what the 1×8 tile
+/// ([`legacy_tile8`]) computes, so a token's result does not depend on where
+/// it sits in a batch (quantized activations turn any rounding difference into
+/// visibly different embeddings).
 #[inline(always)]
 unsafe fn legacy_q8_0<const N: usize>(
     nb: usize,
@@ -153,24 +159,44 @@ unsafe fn legacy_q8_0<const N: usize>(
 ) -> [f32; N] {
     // SAFETY: the wrappers checked `nb` whole blocks in every row; AVX2/FMA/F16C are enabled.
     unsafe {
-        let mut acc = [_mm256_setzero_ps(); N];
-        for i in 0..nb {
+        let mut acc = [0.0f32; N];
+        let mut i = 0;
+        // Eight blocks at a time share one horizontal reduction per row.
+        while i + 8 <= nb {
+            let mut p = [[_mm256_setzero_si256(); 8]; N];
+            let mut dx = [0.0f32; 8];
+            for b in 0..8 {
+                let x = w.add((i + b) * wsize);
+                let qx = quants(x);
+                let ax = abs_u8(qx);
+                dx[b] = fp16(x);
+                for c in 0..N {
+                    let y = a[c].add((i + b) * 34);
+                    p[c][b] = maddubs_i32(ax, signed_like(load(y.add(2)), qx));
+                }
+            }
+            for c in 0..N {
+                let mut sums = [0.0f32; 8];
+                _mm256_storeu_ps(sums.as_mut_ptr(), _mm256_cvtepi32_ps(hsum8_i32(&p[c])));
+                for b in 0..8 {
+                    let d = dx[b] * fp16(a[c].add((i + b) * 34));
+                    acc[c] = d.mul_add(sums[b], acc[c]);
+                }
+            }
+            i += 8;
+        }
+        for i in i..nb {
             let x = w.add(i * wsize);
             let qx = quants(x);
             let ax = abs_u8(qx);
             let dx = fp16(x);
             for c in 0..N {
                 let y = a[c].add(i * 34);
-                let p = maddubs_i32(ax, signed_like(load(y.add(2)), qx));
-                let d = _mm256_set1_ps(dx * fp16(y));
-                acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[c]);
+                let sum = hsum_i32(maddubs_i32(ax, signed_like(load(y.add(2)), qx))) as f32;
+                acc[c] = (dx * fp16(y)).mul_add(sum, acc[c]);
             }
         }
-        let mut out = [0.0f32; N];
-        for (o, v) in out.iter_mut().zip(acc) {
-            *o = hsum_f32(v);
-        }
-        out
+        acc
     }
 }
 
