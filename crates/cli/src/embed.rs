@@ -43,6 +43,11 @@ pub struct Args {
     json: bool,
 }
 
+/// Sizes rayon's global pool from `--threads` (default: every core).
+pub fn init_threads(threads: Option<usize>) -> Result<()> {
+    thread_pool(threads).map(drop)
+}
+
 /// The compute pool: rayon's global pool with `--threads` workers (default:
 /// every core). `LAMINA_POOL=spin` uses the persistent spinning pool instead
 /// (fewer wake-ups between a forward pass's short parallel regions, but it

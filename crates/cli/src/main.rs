@@ -3,9 +3,12 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod chat;
 mod convert;
 mod embed;
+mod generate;
 mod inspect;
+mod logits;
 mod models;
 mod quantize;
 
@@ -37,6 +40,12 @@ enum Command {
     Quantize(quantize::Args),
     /// Embed texts with an embedding model (EmbeddingGemma).
     Embed(embed::Args),
+    /// Continue a prompt with a generative model, streaming the text.
+    Generate(generate::Args),
+    /// Chat with a generative model (multi-turn, interactive).
+    Chat(chat::Args),
+    /// Top-K next-token logits at every position of a sequence (teacher forcing).
+    Logits(logits::Args),
     /// Print the token ids a model's tokenizer gives a text.
     Tokenize(embed::TokenizeArgs),
     /// In-process timings (used by `cargo xtask bench`).
@@ -51,6 +60,9 @@ fn main() -> ExitCode {
         Command::Convert(args) => convert::run(args),
         Command::Embed(args) => embed::run(args),
         Command::Quantize(args) => quantize::run(args),
+        Command::Generate(args) => generate::run(args),
+        Command::Chat(args) => chat::run(args),
+        Command::Logits(args) => logits::run(args),
         Command::Tokenize(args) => embed::tokenize(args),
         Command::Bench(args) => bench::run(args),
     };

@@ -4,13 +4,18 @@
 //! * [`hparams`], [`weights`], [`transformer`]: loading a GGUF model and the
 //!   shared decoder stack (Llama, Gemma 3, EmbeddingGemma).
 //! * [`embed`]: sentence embeddings (pooling, dense head, batching).
+//! * [`generate`], [`sampling`], [`chat`]: text generation sessions,
+//!   llama.cpp's sampler chain, chat templates.
 //! * [`convert`]: Hugging Face checkpoints → GGUF; [`quantize`]: GGUF → GGUF in another type.
 #![forbid(unsafe_code)]
 
+pub mod chat;
 pub mod convert;
 pub mod embed;
+pub mod generate;
 pub mod hparams;
 pub mod quantize;
+pub mod sampling;
 pub mod tokenizer;
 pub mod transformer;
 pub mod weights;

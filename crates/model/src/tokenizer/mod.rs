@@ -613,26 +613,31 @@ impl Tokenizer {
     /// stands for. Control and unknown tokens are empty unless `special`;
     /// ids out of range are empty.
     pub fn token_to_piece(&self, id: u32, special: bool) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.append_piece(id, special, &mut out);
+        out
+    }
+
+    /// [`Tokenizer::token_to_piece`] appended to `out`: allocates nothing
+    /// once `out` has room (streaming generation calls it per token).
+    pub fn append_piece(&self, id: u32, special: bool, out: &mut Vec<u8>) {
         let Some(text) = self.token_text(id) else {
-            return Vec::new();
+            return;
         };
         let a = self.attrs[id as usize];
         if !special && a & (attr::UNKNOWN | attr::CONTROL) != 0 {
-            return Vec::new();
+            return;
         }
         if a & (attr::UNKNOWN | attr::CONTROL | attr::USER_DEFINED) != 0 {
-            return text.to_vec();
+            out.extend_from_slice(text);
+        } else if a & attr::NORMAL != 0 {
+            match self.kind {
+                Kind::Spm => unescape_spaces(text, out),
+                Kind::Bpe { .. } => gpt2_decode(text, out),
+            }
+        } else if a & attr::BYTE != 0 {
+            out.push(token_to_byte(text));
         }
-        if a & attr::NORMAL != 0 {
-            return match self.kind {
-                Kind::Spm => unescape_spaces(text),
-                Kind::Bpe { .. } => gpt2_decode(text),
-            };
-        }
-        if a & attr::BYTE != 0 {
-            return vec![token_to_byte(text)];
-        }
-        Vec::new()
     }
 
     /// `llama_detokenize(ids, remove_special, unparse_special)`, as bytes
@@ -888,9 +893,8 @@ fn set_attrs_by_name<D: AsRef<[u8]>>(
 }
 
 /// SentencePiece marks spaces as U+2581.
-fn unescape_spaces(text: &[u8]) -> Vec<u8> {
+fn unescape_spaces(text: &[u8], out: &mut Vec<u8>) {
     const MARK: &[u8] = "\u{2581}".as_bytes();
-    let mut out = Vec::with_capacity(text.len());
     let mut i = 0;
     while i < text.len() {
         if text[i..].starts_with(MARK) {
@@ -901,13 +905,11 @@ fn unescape_spaces(text: &[u8]) -> Vec<u8> {
             i += 1;
         }
     }
-    out
 }
 
 /// `llama_decode_text`: GPT-2 byte-level text back to bytes. A character
 /// outside the byte map is written the way llama.cpp writes it.
-fn gpt2_decode(text: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(text.len());
+fn gpt2_decode(text: &[u8], out: &mut Vec<u8>) {
     for cpt in unicode::cpts_from_utf8(text) {
         match unicode::cpt_to_byte(cpt) {
             Some(b) => out.push(b),
@@ -923,7 +925,6 @@ fn gpt2_decode(text: &[u8]) -> Vec<u8> {
             }
         }
     }
-    out
 }
 
 /// `token_to_byte`: the two hex digits of `<0xXX>`, read like `strtol`
@@ -1019,11 +1020,13 @@ mod tests {
 
     #[test]
     fn gpt2_decoding() {
-        assert_eq!(gpt2_decode("Ġhello".as_bytes()), b" hello");
-        assert_eq!(gpt2_decode("Ċ".as_bytes()), b"\n");
-        assert_eq!(
-            gpt2_decode("€".as_bytes()),
-            b"[UNK_BYTE_0xe282ac\xe2\x82\xac]"
-        );
+        let dec = |t: &str| {
+            let mut out = Vec::new();
+            gpt2_decode(t.as_bytes(), &mut out);
+            out
+        };
+        assert_eq!(dec("Ġhello"), b" hello");
+        assert_eq!(dec("Ċ"), b"\n");
+        assert_eq!(dec("€"), b"[UNK_BYTE_0xe282ac\xe2\x82\xac]");
     }
 }

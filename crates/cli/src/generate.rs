@@ -1,0 +1,308 @@
+//! `lamina generate`, and what `chat` and `logits` share with it: loading a
+//! generative model, the context size, the sampling flags.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use lamina_kernels::pool::Rayon;
+use lamina_model::generate::{DEFAULT_BATCH, GenerateOptions, Session};
+use lamina_model::sampling::{Sampler, SamplerParams};
+use lamina_model::tokenizer::Tokenizer;
+use lamina_model::{KvType, Model};
+use serde_json::json;
+
+use crate::embed::init_threads;
+use crate::models;
+
+/// The default context: the training context, at most this.
+pub const DEFAULT_CTX: usize = 4096;
+
+/// Model, context and threading flags shared by `generate`, `chat` and `logits`.
+#[derive(clap::Args, Debug)]
+pub struct ModelArgs {
+    /// Model file, or a name in the models directory.
+    #[arg(short, long)]
+    pub model: String,
+    /// Context size in tokens (default: the training context, at most 4096).
+    #[arg(short = 'c', long = "ctx")]
+    pub ctx: Option<usize>,
+    /// Worker threads (default: all cores).
+    #[arg(short, long)]
+    pub threads: Option<usize>,
+    /// Element type of the KV cache.
+    #[arg(long, value_enum, default_value = "f16")]
+    pub kv_type: KvArg,
+    /// Prompt tokens per forward pass.
+    #[arg(long, default_value_t = DEFAULT_BATCH)]
+    pub batch: usize,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum KvArg {
+    F16,
+    F32,
+}
+
+/// Sampling flags (llama.cpp's names and defaults).
+#[derive(clap::Args, Debug)]
+pub struct SampleArgs {
+    /// Temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.8)]
+    pub temp: f32,
+    /// Top-k (0: off).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    /// Top-p (1: off).
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Min-p (0: off).
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Repetition penalty (1: off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// Tokens the penalties look back over (0: off).
+    #[arg(long, default_value_t = 64)]
+    pub repeat_last_n: usize,
+    /// Frequency penalty (0: off).
+    #[arg(long, default_value_t = 0.0)]
+    pub frequency_penalty: f32,
+    /// Presence penalty (0: off).
+    #[arg(long, default_value_t = 0.0)]
+    pub presence_penalty: f32,
+    /// Random seed (default: a fresh one each run).
+    #[arg(short, long)]
+    pub seed: Option<u64>,
+}
+
+impl SampleArgs {
+    pub fn params(&self) -> Result<SamplerParams> {
+        if !(0.0..=1.0).contains(&self.top_p) || !(0.0..=1.0).contains(&self.min_p) {
+            bail!("--top-p and --min-p must lie in 0..=1");
+        }
+        let seed = self.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+                ^ u64::from(std::process::id())
+        });
+        Ok(SamplerParams {
+            temp: self.temp,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            frequency_penalty: self.frequency_penalty,
+            presence_penalty: self.presence_penalty,
+            penalty_last_n: self.repeat_last_n,
+            seed,
+        })
+    }
+}
+
+/// A generative model and its tokenizer.
+pub struct Loaded {
+    pub model: Model,
+    pub tok: Tokenizer,
+    pub n_ctx: usize,
+}
+
+impl ModelArgs {
+    /// Starts the thread pool, opens the model and its tokenizer, and picks the context.
+    pub fn load(&self) -> Result<Loaded> {
+        init_threads(self.threads)?;
+        let path = models::resolve(&self.model)?;
+        let t0 = Instant::now();
+        let model = Model::open(&path).with_context(|| format!("loading {}", path.display()))?;
+        if !model.has_lm_head() {
+            bail!(
+                "{} is an embedding model ({}): use `lamina embed`",
+                path.display(),
+                model.hp.arch_name
+            );
+        }
+        let tok = Tokenizer::from_gguf(&model.file)
+            .with_context(|| format!("reading the tokenizer of {}", path.display()))?;
+        let n_ctx = match self.ctx {
+            Some(0) => bail!("--ctx must be at least 1"),
+            Some(n) => n,
+            None => model.hp.n_ctx_train.min(DEFAULT_CTX),
+        };
+        if n_ctx > model.hp.n_ctx_train {
+            tracing::warn!(
+                "--ctx {n_ctx} exceeds the model's training context of {}",
+                model.hp.n_ctx_train
+            );
+        }
+        tracing::info!(
+            "loaded {} ({}) in {:.0} ms; kernels {:?}, {} threads, context {n_ctx}",
+            path.display(),
+            model.hp.arch_name,
+            t0.elapsed().as_secs_f64() * 1e3,
+            model.isa(),
+            rayon::current_num_threads()
+        );
+        Ok(Loaded { model, tok, n_ctx })
+    }
+
+    pub fn kv(&self) -> KvType {
+        match self.kv_type {
+            KvArg::F16 => KvType::F16,
+            KvArg::F32 => KvType::F32,
+        }
+    }
+}
+
+impl Loaded {
+    pub fn session(&self, args: &ModelArgs) -> Result<Session<'_>> {
+        Ok(Session::with_batch(
+            &self.model,
+            &self.tok,
+            self.n_ctx,
+            args.kv(),
+            args.batch.max(1),
+        )?)
+    }
+
+    /// Errors clearly when `n` prompt tokens do not fit the context.
+    pub fn check_fits(&self, n: usize) -> Result<()> {
+        if n > self.n_ctx {
+            bail!(
+                "the prompt has {n} tokens, more than the context of {} tokens \
+                 (raise --ctx; the model was trained on {})",
+                self.n_ctx,
+                self.model.hp.n_ctx_train
+            );
+        }
+        Ok(())
+    }
+}
+
+pub fn tokens_per_s(n: usize, t: Duration) -> f64 {
+    n as f64 / t.as_secs_f64().max(1e-9)
+}
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// The prompt (else --file, else stdin).
+    #[arg(short, long)]
+    prompt: Option<String>,
+    /// Read the prompt from a file.
+    #[arg(short, long)]
+    file: Option<PathBuf>,
+    /// Tokens to generate (-1: until end of generation or a full context).
+    #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true)]
+    n_predict: i64,
+    #[command(flatten)]
+    sample: SampleArgs,
+    /// Stop when the text contains this (repeatable).
+    #[arg(long)]
+    stop: Vec<String>,
+    /// Keep generating past end-of-generation tokens.
+    #[arg(long)]
+    ignore_eos: bool,
+    /// Print the prompt before the continuation.
+    #[arg(long)]
+    echo: bool,
+    /// Print one JSON object {"ids", "text", "stop", ...} instead of streaming.
+    #[arg(long)]
+    json: bool,
+}
+
+fn read_prompt(prompt: Option<String>, file: Option<&PathBuf>) -> Result<String> {
+    match (prompt, file) {
+        (Some(p), _) => Ok(p),
+        (None, Some(f)) => std::fs::read_to_string(f)
+            .with_context(|| format!("reading {} (it must be UTF-8 text)", f.display())),
+        (None, None) => {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+                .context("stdin is not valid UTF-8 text")?;
+            Ok(s)
+        }
+    }
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let loaded = args.model.load()?;
+    let prompt = read_prompt(args.prompt, args.file.as_ref())?;
+    let ids = loaded.tok.encode(&prompt, true, true);
+    if ids.is_empty() {
+        bail!("the prompt is empty (and the model adds no BOS token to start from)");
+    }
+    loaded.check_fits(ids.len())?;
+    let params = args.sample.params()?;
+    let seed = params.seed;
+    tracing::info!("sampling {params:?}");
+    let mut sampler = Sampler::new(params, loaded.model.hp.n_vocab);
+    let mut session = loaded.session(&args.model)?;
+    let opts = GenerateOptions {
+        max_tokens: usize::try_from(args.n_predict).ok(),
+        stop: args.stop,
+        ignore_eos: args.ignore_eos,
+    };
+
+    let mut out = std::io::stdout().lock();
+    if args.echo && !args.json {
+        write!(out, "{prompt}")?;
+        out.flush()?;
+    }
+    let pre = session.prefill(&ids, &Rayon)?;
+    let mut write_err = None;
+    let json = args.json;
+    let output = session.generate(&mut sampler, &opts, &Rayon, &mut |piece| {
+        if json || piece.is_empty() {
+            return true;
+        }
+        match out.write_all(piece.as_bytes()).and_then(|()| out.flush()) {
+            Ok(()) => true,
+            Err(e) => {
+                write_err = Some(e);
+                false
+            }
+        }
+    })?;
+    if let Some(e) = write_err {
+        // A closed pipe (`| head`) is not worth a message.
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            return Ok(());
+        }
+        return Err(e).context("writing to stdout");
+    }
+    if json {
+        let mut doc = json!({
+            "ids": output.ids,
+            "text": output.text,
+            "stop": output.stop.as_str(),
+            "prompt_ids": ids,
+            "seed": seed,
+        });
+        if args.echo {
+            doc["prompt"] = json!(prompt);
+        }
+        writeln!(out, "{doc}")?;
+    } else {
+        writeln!(out)?;
+    }
+    out.flush()?;
+    eprintln!(
+        "prompt: {} tokens in {:.0} ms ({:.1} tokens/s){}; generation: {} tokens in {:.0} ms ({:.1} tokens/s); stop: {}",
+        pre.evaluated,
+        pre.time.as_secs_f64() * 1e3,
+        tokens_per_s(pre.evaluated, pre.time),
+        if pre.reused > 0 {
+            format!(", {} reused", pre.reused)
+        } else {
+            String::new()
+        },
+        output.ids.len(),
+        output.eval_time.as_secs_f64() * 1e3,
+        tokens_per_s(output.ids.len(), output.eval_time),
+        output.stop
+    );
+    Ok(())
+}
