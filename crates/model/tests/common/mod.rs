@@ -1,0 +1,123 @@
+//! Shared by the generation tests: model files and the llama.cpp gold.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use lamina_model::Model;
+use lamina_model::tokenizer::Tokenizer;
+use sha2::{Digest, Sha256};
+
+pub fn testdata(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/generate")
+        .join(rel)
+}
+
+/// A model `cargo xtask models` fetches: the test fails when it is missing.
+pub fn required(name: &str) -> PathBuf {
+    let p = lamina_gguf::models_dir().join(name);
+    assert!(
+        p.is_file(),
+        "model {} is missing: run `cargo xtask models` (or set LAMINA_MODELS)",
+        p.display()
+    );
+    p
+}
+
+/// A model the gold was made from, if it is present and is the very file
+/// the gold was made from (its SHA-256 is in `testdata/generate/models.sha256`);
+/// otherwise `None` and a message saying why the test is skipped.
+pub fn gold_model(name: &str) -> Option<PathBuf> {
+    let p = lamina_gguf::models_dir().join(name);
+    if !p.is_file() {
+        eprintln!(
+            "SKIPPED: {} is missing (`cargo xtask models` makes it; see testdata/generate/README.md)",
+            p.display()
+        );
+        return None;
+    }
+    let sums = std::fs::read_to_string(testdata("models.sha256")).unwrap();
+    let want = sums
+        .lines()
+        .find_map(|l| l.strip_suffix(name).map(|h| h.trim().to_string()))
+        .unwrap_or_else(|| panic!("{name} has no line in models.sha256"));
+    let mut h = Sha256::new();
+    let mut f = std::fs::File::open(&p).unwrap();
+    std::io::copy(&mut f, &mut h).unwrap();
+    let got = format!("{:x}", h.finalize());
+    if got != want {
+        eprintln!(
+            "SKIPPED: {} is not the file the gold was made from (SHA-256 {got}, gold {want}); \
+             regenerate testdata/generate with make_gold.sh",
+            p.display()
+        );
+        return None;
+    }
+    Some(p)
+}
+
+pub fn load(path: &Path) -> (Model, Tokenizer) {
+    let model = Model::open(path).unwrap();
+    let tok = Tokenizer::from_gguf(&model.file).unwrap();
+    (model, tok)
+}
+
+/// One llama.cpp run of `lcpp_gold`: the prompt, the continuation, and the
+/// top-5 `(id, logit)` before each continuation token.
+pub struct Gold {
+    pub prompt_ids: Vec<u32>,
+    pub ids: Vec<u32>,
+    pub top: Vec<Vec<(u32, f32)>>,
+}
+
+pub fn gold(model: &str, file: &str) -> Gold {
+    let path = testdata(&format!("{model}/{file}.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let ids = |k: &str| -> Vec<u32> {
+        v[k].as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
+    let top = v["top"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|step| {
+            step.as_array()
+                .unwrap()
+                .iter()
+                .map(|p| (p[0].as_u64().unwrap() as u32, p[1].as_f64().unwrap() as f32))
+                .collect()
+        })
+        .collect();
+    Gold {
+        prompt_ids: ids("prompt_ids"),
+        ids: ids("ids"),
+        top,
+    }
+}
+
+pub fn prompt_text(name: &str) -> String {
+    std::fs::read_to_string(testdata(&format!("prompts/{name}.txt"))).unwrap()
+}
+
+/// The prompts of a model's gold (the chat prompt is in its own format).
+pub fn prompts(model: &str) -> [&'static str; 7] {
+    let chat = if model.starts_with("gemma") {
+        "chat-gemma3"
+    } else {
+        "chat-smollm2"
+    };
+    [
+        "factual",
+        "code",
+        "list",
+        "multilingual",
+        chat,
+        "long",
+        "window",
+    ]
+}
