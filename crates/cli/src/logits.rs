@@ -24,6 +24,11 @@ pub struct Args {
     /// How many of the best tokens to print per position.
     #[arg(long, default_value_t = 5)]
     top: usize,
+    /// Evaluate the tokens from this position on one at a time, as a
+    /// generation decodes them (the ones before run as batched prefill), so
+    /// the figures compare with an engine's prompt-then-decode run.
+    #[arg(long)]
+    step_from: Option<usize>,
     /// Print {"ids": [...], "top": [[[id, logit], ...], ...]}.
     #[arg(long)]
     json: bool,
@@ -58,7 +63,9 @@ pub fn run(args: Args) -> Result<()> {
     let mut logits = vec![0f32; chunk * n_vocab];
     let mut top: Vec<Vec<(u32, f32)>> = Vec::with_capacity(ids.len());
     let mut order: Vec<u32> = Vec::with_capacity(n_vocab);
-    for part in ids.chunks(chunk) {
+    let step_from = args.step_from.unwrap_or(ids.len()).min(ids.len());
+    let (prefill, decoded) = ids.split_at(step_from);
+    for part in prefill.chunks(chunk).chain(decoded.chunks(1)) {
         let out = &mut logits[..part.len() * n_vocab];
         loaded
             .model

@@ -13,8 +13,11 @@
 //!   `testdata/embed/` (llama.cpp per model file, PyTorch F32) when they
 //!   exist; with `--live`, also against `llama-embedding` run now, and the
 //!   live llama.cpp vectors against the gold ones (what changed upstream).
-//! * `generation`, `logits`, `quantizer` — extension points, skipped until
-//!   `lamina generate` / `lamina quantize` and their gold exist.
+//! * `generation`, `logits` — greedy continuations and teacher-forced
+//!   top-5 logits against the llama.cpp gold in `testdata/generate/`
+//!   ([`generate`]); `--live` rebuilds the gold tool and reruns llama.cpp.
+//! * `quantizer` — `lamina quantize` output against llama-quantize's SHA-256s
+//!   in `testdata/quantize/` ([`quantize`]); `--live` reruns llama-quantize.
 //!
 //! To add a check: write `fn name(ctx: &Ctx) -> Result<Vec<Row>>` and list it
 //! in [`CHECKS`].
@@ -24,6 +27,12 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::Value;
+
+mod generate;
+mod quantize;
+
+use generate::{generation, logits};
+use quantize::quantizer;
 
 use crate::bench::{LONG_TEXT, SHORT_TEXT, markdown_table};
 use crate::llama_cpp::{self, llama_cpp_bin};
@@ -44,6 +53,8 @@ pub(crate) enum Status {
     Pass,
     Fail,
     Skip,
+    /// A figure reported without a threshold (judged by another check).
+    Info,
 }
 
 #[derive(Clone, Debug)]
@@ -148,6 +159,7 @@ pub(crate) fn render(rows: &[Row]) -> String {
                     Status::Pass => "PASS",
                     Status::Fail => "FAIL",
                     Status::Skip => "skip",
+                    Status::Info => "info",
                 }
                 .into(),
             ]
@@ -685,41 +697,6 @@ fn embedding(ctx: &Ctx) -> Result<Vec<Row>> {
         ));
     }
     Ok(rows)
-}
-
-// ---------------------------------------------------------------------------
-// Extension points.
-
-/// Greedy generations vs llama.cpp (`testdata/generate/`, `lamina generate`).
-fn generation(ctx: &Ctx) -> Result<Vec<Row>> {
-    let gold = ctx.root.join("testdata/generate");
-    Ok(vec![Row::skip(
-        "greedy generation vs llama.cpp",
-        "—",
-        if gold.is_dir() {
-            "not wired yet: needs `lamina generate --json` (gold present)"
-        } else {
-            "not implemented yet (no testdata/generate/, no `lamina generate`)"
-        },
-    )])
-}
-
-/// First-step logits vs llama.cpp.
-fn logits(_ctx: &Ctx) -> Result<Vec<Row>> {
-    Ok(vec![Row::skip(
-        "first-step logits vs llama.cpp",
-        "—",
-        "not implemented yet (needs a logits dump from lamina and gold from llama.cpp)",
-    )])
-}
-
-/// Quantizer bytes vs llama-quantize.
-fn quantizer(_ctx: &Ctx) -> Result<Vec<Row>> {
-    Ok(vec![Row::skip(
-        "quantized tensors vs llama-quantize (bytes)",
-        "—",
-        "not implemented yet (needs `lamina quantize`)",
-    )])
 }
 
 #[cfg(test)]
