@@ -374,6 +374,52 @@ const DERIVED: &[(&str, &[&str])] = &[
             "Q8_0",
         ],
     ),
+    // The K-quant mixes, byte-identical to llama-quantize's (testdata/quantize).
+    (
+        "embeddinggemma-300m-Q6_K.gguf",
+        &[
+            "quantize",
+            "{dir}/embeddinggemma-300m-F32.gguf",
+            "{out}",
+            "Q6_K",
+        ],
+    ),
+    (
+        "embeddinggemma-300m-Q4_K_M.gguf",
+        &[
+            "quantize",
+            "{dir}/embeddinggemma-300m-F32.gguf",
+            "{out}",
+            "Q4_K_M",
+        ],
+    ),
+    (
+        "gemma-3-270m-Q6_K.gguf",
+        &[
+            "quantize",
+            "{dir}/gemma-3-270m-Q4_K_M.gguf",
+            "{out}",
+            "Q6_K",
+        ],
+    ),
+    (
+        "SmolLM2-135M-Instruct-Q6_K.gguf",
+        &[
+            "quantize",
+            "{dir}/SmolLM2-135M-Instruct-Q4_1.gguf",
+            "{out}",
+            "Q6_K",
+        ],
+    ),
+    (
+        "SmolLM2-135M-Instruct-Q4_K_M.gguf",
+        &[
+            "quantize",
+            "{dir}/SmolLM2-135M-Instruct-Q4_1.gguf",
+            "{out}",
+            "Q4_K_M",
+        ],
+    ),
 ];
 
 /// Produces [`DERIVED`] with a freshly built release `lamina`, skipping files
@@ -394,8 +440,7 @@ fn produce_derived_models(dir: &Path) -> Result<()> {
         "building lamina to make {} derived model files",
         pending.len()
     );
-    crate::run(crate::cargo().args(["build", "--release", "-q", "-p", "lamina-cli"]))?;
-    let lamina = crate::workspace_root().join("target/release/lamina");
+    let lamina = crate::lamina_bin()?;
     for (name, args) in pending {
         let out = dir.join(name);
         let dir_s = dir.display().to_string();
@@ -742,7 +787,7 @@ impl Write for HashingWriter {
     }
 }
 
-fn hash_file(path: &Path, label: &str) -> Result<String> {
+pub(crate) fn hash_file(path: &Path, label: &str) -> Result<String> {
     let mut file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let bar = bytes_bar(file.metadata()?.len(), format!("hashing {label}"));
     let mut hasher = Sha256::new();

@@ -13,7 +13,9 @@ pub struct Args {
     pub input: PathBuf,
     /// The GGUF file to write (written to OUT.tmp, renamed when complete).
     pub output: PathBuf,
-    /// Tensor type: f32, f16, bf16 (1-D tensors and norms are always f32).
+    /// Tensor type: f32, f16, bf16, or a quantize target (q8_0, q4_k_m, q6_k,
+    /// ...: converted to f32, then quantized as `lamina quantize` does).
+    /// 1-D tensors and norms are always f32.
     #[arg(long = "type", default_value = "f16")]
     pub out_type: String,
     /// Leave out EmbeddingGemma's sentence-transformers Dense modules.
@@ -41,6 +43,17 @@ pub fn run(args: Args) -> Result<()> {
         Progress::Start { total_bytes, .. } => bar.set_length(total_bytes),
         Progress::Tensor { name, .. } => bar.set_message(name.to_string()),
         Progress::Bytes(n) => bar.inc(n),
+        Progress::Quantize { index, total, name } => {
+            if index == 0 {
+                bar.set_style(
+                    ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} tensors quantized {msg}")
+                        .expect("valid progress template"),
+                );
+                bar.set_length(total as u64);
+            }
+            bar.set_position(index as u64);
+            bar.set_message(name.to_string());
+        }
     });
     bar.finish_and_clear();
     let summary = summary.with_context(|| format!("converting {}", args.input.display()))?;

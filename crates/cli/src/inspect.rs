@@ -25,14 +25,31 @@ pub struct Args {
     /// Print arrays in full instead of summarising long ones.
     #[arg(long)]
     full: bool,
+    /// Print only `SHA256  TYPE  NAME` of every tensor's data, in file order
+    /// (with `--json`: a `sha256` field per tensor). Compares files tensor by tensor.
+    #[arg(long)]
+    sha256: bool,
 }
 
 pub fn run(args: Args) -> Result<()> {
     let path = crate::models::resolve(&args.file)?;
     let gguf = Gguf::open(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let hashes = args.sha256.then(|| tensor_hashes(&gguf));
     let out = if args.json {
-        let mut s = serde_json::to_string_pretty(&to_json(&gguf, args.full))?;
+        let mut doc = to_json(&gguf, args.full);
+        if let (Some(hashes), Some(Json::Array(tensors))) = (&hashes, doc.get_mut("tensors")) {
+            for (t, h) in tensors.iter_mut().zip(hashes) {
+                t["sha256"] = json!(h);
+            }
+        }
+        let mut s = serde_json::to_string_pretty(&doc)?;
         s.push('\n');
+        s
+    } else if let Some(hashes) = &hashes {
+        let mut s = String::new();
+        for (t, h) in gguf.tensors().iter().zip(hashes) {
+            let _ = writeln!(s, "{h}  {}  {}", t.ggml_type.name(), t.name);
+        }
         s
     } else {
         to_text(&gguf, &path.display().to_string(), args.tensors, args.full)
@@ -44,6 +61,21 @@ pub fn run(args: Args) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => other.context("cannot write to stdout"),
     }
+}
+
+/// The SHA-256 of each tensor's data, in file order (hashed in parallel).
+fn tensor_hashes<D: AsRef<[u8]> + Sync>(gguf: &Gguf<D>) -> Vec<String> {
+    use rayon::prelude::*;
+    use sha2::{Digest, Sha256};
+    gguf.tensors()
+        .par_iter()
+        .map(|t| {
+            Sha256::digest(gguf.tensor_data(t))
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect()
+        })
+        .collect()
 }
 
 fn lossy(bytes: &[u8]) -> String {

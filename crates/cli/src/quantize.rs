@@ -14,7 +14,9 @@ pub struct Args {
     input: PathBuf,
     /// Output GGUF file (written to a temporary file first, renamed when complete).
     output: PathBuf,
-    /// Target type: F32, F16, BF16, Q8_0 (llama-quantize's names).
+    /// Target, by llama-quantize's names: F32, F16, BF16, Q8_0, Q4_0, Q4_1,
+    /// Q5_0, Q5_1, Q2_K, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S,
+    /// Q5_K_M, Q6_K (the K mixes choose per tensor as llama-quantize does).
     #[arg(value_name = "TYPE")]
     target: String,
     /// Worker threads (default: all cores).
@@ -56,16 +58,23 @@ pub fn run(args: Args) -> Result<()> {
             "{}",
             json!({"output": args.output.display().to_string(), "target": args.target,
                    "tensors": report.tensors, "converted": report.converted,
-                   "requantized": report.requantized, "bytes_in": report.bytes_in,
+                   "requantized": report.requantized, "types": report.types,
+                   "bytes_in": report.bytes_in,
                    "bytes_out": report.bytes_out, "seconds": secs})
         );
     } else {
+        let types: Vec<String> = report
+            .types
+            .iter()
+            .map(|(ty, n)| format!("{n} {ty}"))
+            .collect();
         eprintln!(
-            "wrote {} ({} tensors, {} converted to {}, {:.1} MB → {:.1} MB) in {secs:.1} s",
+            "wrote {} as {} ({} tensors: {}; {} converted, {:.1} MB → {:.1} MB) in {secs:.1} s",
             args.output.display(),
+            target.name(),
             report.tensors,
+            types.join(", "),
             report.converted,
-            args.target.to_ascii_uppercase(),
             report.bytes_in as f64 / 1e6,
             report.bytes_out as f64 / 1e6,
         );

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use lamina_gguf::{GgmlType, Gguf, Value, ValueType};
-use lamina_model::convert::{ConvertOptions, OutType, convert};
+use lamina_model::convert::{ConvertOptions, OutType, Progress, convert};
 use serde_json::{Value as Json, json};
 use sha2::{Digest, Sha256};
 
@@ -25,6 +25,7 @@ fn embeddinggemma_dir() -> PathBuf {
     dir
 }
 
+/// SHA-256 of `bytes`, as hex.
 fn hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
         .iter()
@@ -531,5 +532,48 @@ fn helpful_errors_and_no_partial_output() {
     assert!(!out.exists() && !tmp.path().join("x.gguf.tmp").exists());
     let q = opts(&dir, &out, OutType::parse("q8_0").unwrap());
     let e = convert(&q, &mut |_| {}).unwrap_err().to_string();
-    assert!(e.contains("lamina-quant"), "{e}");
+    assert!(e.contains("mystery"), "{e}");
+    assert!(!out.exists() && !tmp.path().join("x.gguf.tmp").exists());
+    let e = OutType::parse("q9_k").unwrap_err().to_string();
+    assert!(e.contains("q9_k") && e.contains("q4_k_m"), "{e}");
+}
+
+/// `--type q4_k_m` is conversion to f32 then `lamina quantize`, so the file
+/// is the one llama-quantize makes from the f32 conversion (gold in
+/// testdata/quantize), and no intermediate file is left behind.
+#[test]
+fn embeddinggemma_to_a_quantize_target_equals_llama_quantize() {
+    let gold = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/quantize/llama-quantize.sha256"),
+    )
+    .unwrap();
+    let want = gold
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.len() == 3 && f[0] == "embeddinggemma-300m-F32.gguf" && f[1] == "Q4_K_M")
+        .map(|f| f[2].to_string())
+        .expect("a Q4_K_M line for EmbeddingGemma in llama-quantize.sha256");
+    let dir = embeddinggemma_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("eg.gguf");
+    let mut quantized = 0;
+    convert(
+        &opts(&dir, &out, OutType::parse("Q4_K_M").unwrap()),
+        &mut |p| {
+            if let Progress::Quantize { .. } = p {
+                quantized += 1;
+            }
+        },
+    )
+    .unwrap();
+    assert!(quantized > 300, "{quantized} quantize progress reports");
+    let mut h = Sha256::new();
+    std::io::copy(&mut std::fs::File::open(&out).unwrap(), &mut h).unwrap();
+    let got: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(got, want, "bytes differ from llama-quantize's");
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, [std::ffi::OsString::from("eg.gguf")]);
 }

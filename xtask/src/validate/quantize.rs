@@ -1,6 +1,8 @@
 //! Quantizer bytes: `lamina quantize` against the whole-file SHA-256s of
-//! llama.cpp's `llama-quantize` in `testdata/quantize/llama-quantize.sha256`
-//! (one `INPUT TARGET SHA256` line per case). With `--live`, llama-quantize
+//! llama.cpp's `llama-quantize` in `testdata/quantize/` (one
+//! `INPUT TARGET SHA256` line per case): `llama-quantize.sha256`, the cases
+//! the tests run, and `llama-quantize-sweep.sha256`, every other target on
+//! every model, which only this check runs. With `--live`, llama-quantize
 //! is also rerun now and compared with its gold (drift upstream).
 
 use std::path::Path;
@@ -50,12 +52,19 @@ fn quantize_with(cmd: &mut Command, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// The gold files, in the order their cases run.
+const GOLD_FILES: [&str; 2] = ["llama-quantize.sha256", "llama-quantize-sweep.sha256"];
+
 pub(super) fn quantizer(ctx: &Ctx) -> Result<Vec<Row>> {
     const CHECK: &str = "quantized file vs llama-quantize (SHA-256)";
-    let gold = ctx.root.join("testdata/quantize/llama-quantize.sha256");
-    let cases = parse_cases(
-        &std::fs::read_to_string(&gold).with_context(|| format!("reading {}", gold.display()))?,
-    )?;
+    let mut cases = Vec::new();
+    for name in GOLD_FILES {
+        let gold = ctx.root.join("testdata/quantize").join(name);
+        cases.extend(parse_cases(
+            &std::fs::read_to_string(&gold)
+                .with_context(|| format!("reading {}", gold.display()))?,
+        )?);
+    }
     let dir = crate::target_dir().join("validate");
     std::fs::create_dir_all(&dir)?;
     let out = dir.join("quantized.gguf");
@@ -142,10 +151,11 @@ mod tests {
             ("in.gguf", "Q8_0")
         );
         assert!(parse_cases("in.gguf Q8_0 short").is_err());
-        // The file in the repository parses.
+        // The files in the repository parse.
         let root = crate::workspace_root();
-        let real =
-            std::fs::read_to_string(root.join("testdata/quantize/llama-quantize.sha256")).unwrap();
-        assert!(!parse_cases(&real).unwrap().is_empty());
+        for name in GOLD_FILES {
+            let real = std::fs::read_to_string(root.join("testdata/quantize").join(name)).unwrap();
+            assert!(!parse_cases(&real).unwrap().is_empty(), "{name}");
+        }
     }
 }

@@ -138,7 +138,6 @@ impl Model {
             ))
         })?;
         let arch = Arch::from_hf(&hf_arch).ok_or(Error::UnknownArch(hf_arch))?;
-        super::check_out_type(opts.out_type)?;
         fill_defaults(arch, &mut hparams);
 
         let block_count = find(
@@ -453,12 +452,7 @@ impl Model {
             if n_dims <= 1 || name.ends_with("_norm.weight") || !name.ends_with(".weight") {
                 GgmlType::F32
             } else {
-                match out {
-                    OutType::Quant(q) if !shape[0].is_multiple_of(q.block_size() as u64) => {
-                        GgmlType::F16
-                    }
-                    o => o.ggml_type(),
-                }
+                out.ggml_type()
             };
         Ok(Job {
             src: t.at.clone(),

@@ -22,6 +22,8 @@ use std::path::{Path, PathBuf};
 
 use lamina_gguf::{GgmlType, GgufBuilder, OwnedValue};
 
+use crate::quantize::Target;
+
 pub use arch::Arch;
 use source::{Sources, TensorRef};
 
@@ -56,6 +58,8 @@ pub enum Error {
     Unsupported(String),
     #[error("writing GGUF: {0}")]
     Gguf(#[from] lamina_gguf::Error),
+    #[error("quantizing the converted model: {0}")]
+    Quantize(Box<crate::ModelError>),
 }
 
 /// Result alias for conversion.
@@ -75,59 +79,45 @@ pub enum OutType {
     F32,
     F16,
     Bf16,
-    /// A block-quantized type, produced through `lamina_quant`.
-    Quant(GgmlType),
+    /// A `llama-quantize` target (q8_0, q4_k_m, ...): the model is converted
+    /// to f32 beside the output, then quantized exactly as `lamina quantize`
+    /// (and so `llama-quantize`) would.
+    Quantized(Target),
 }
 
 impl OutType {
-    /// Parses a `--type` name: f32, f16, bf16 or a ggml block type (q8_0, ...).
+    /// Parses a `--type` name: f32, f16, bf16 or a quantize target (q8_0, q4_k_m, ...).
     pub fn parse(name: &str) -> Result<Self> {
         match name.to_ascii_lowercase().as_str() {
             "f32" => Ok(OutType::F32),
             "f16" => Ok(OutType::F16),
             "bf16" => Ok(OutType::Bf16),
-            other => match GgmlType::from_name(&other.to_ascii_uppercase())
-                .or_else(|| GgmlType::from_name(other))
-            {
-                Some(t) if t.is_quantized() => Ok(OutType::Quant(t)),
-                _ => Err(Error::Unsupported(format!(
-                    "unknown output type {name:?}: use f32, f16, bf16 or a block type such as q8_0"
-                ))),
-            },
+            _ => Target::parse(name).map(OutType::Quantized).map_err(|_| {
+                Error::Unsupported(format!(
+                    "unknown output type {name:?}: use f32, f16, bf16 or a quantize target \
+                     (q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k_s, q3_k_m, q3_k_l, q4_k_s, \
+                     q4_k_m, q5_k_s, q5_k_m, q6_k)"
+                ))
+            }),
         }
     }
 
+    /// The type 2-D weights are written in by the conversion itself.
     fn ggml_type(self) -> GgmlType {
         match self {
-            OutType::F32 => GgmlType::F32,
+            OutType::F32 | OutType::Quantized(_) => GgmlType::F32,
             OutType::F16 => GgmlType::F16,
             OutType::Bf16 => GgmlType::BF16,
-            OutType::Quant(t) => t,
         }
     }
 
-    /// `general.file_type` (llama.cpp's `LlamaFileType`).
-    fn file_type(self) -> Result<u32> {
-        Ok(match self.ggml_type() {
-            GgmlType::F32 => 0,
-            GgmlType::F16 => 1,
-            GgmlType::Q4_0 => 2,
-            GgmlType::Q4_1 => 3,
-            GgmlType::Q8_0 => 7,
-            GgmlType::Q5_0 => 8,
-            GgmlType::Q5_1 => 9,
-            GgmlType::Q2_K => 10,
-            GgmlType::Q4_K => 15,
-            GgmlType::Q5_K => 17,
-            GgmlType::Q6_K => 18,
-            GgmlType::BF16 => 32,
-            t => {
-                return Err(Error::Unsupported(format!(
-                    "no llama.cpp file type for {}",
-                    t.name()
-                )));
-            }
-        })
+    /// `general.file_type` of the converted file (llama.cpp's `LlamaFileType`).
+    fn file_type(self) -> u32 {
+        match self {
+            OutType::F32 | OutType::Quantized(_) => 0,
+            OutType::F16 => 1,
+            OutType::Bf16 => 32,
+        }
     }
 }
 
@@ -157,6 +147,12 @@ pub enum Progress<'a> {
     },
     /// This many more data bytes were written.
     Bytes(u64),
+    /// Quantizing (a quantize target only): tensor `index` of `total` is next.
+    Quantize {
+        index: usize,
+        total: usize,
+        name: &'a str,
+    },
 }
 
 /// What [`convert`] wrote.
@@ -207,7 +203,7 @@ pub fn convert(opts: &ConvertOptions, progress: &mut dyn FnMut(Progress<'_>)) ->
     builder.set("general.type", OwnedValue::string("model"))?;
     let total_params: u64 = jobs.iter().map(|j| j.shape.iter().product::<u64>()).sum();
     meta::write_general(&mut builder, dir, total_params)?;
-    model.write_params(&mut builder, opts.out_type.file_type()?)?;
+    model.write_params(&mut builder, opts.out_type.file_type())?;
     builder.set("general.quantization_version", OwnedValue::U32(2))?;
     vocab.write(&mut builder, &model)?;
 
@@ -227,7 +223,20 @@ pub fn convert(opts: &ConvertOptions, progress: &mut dyn FnMut(Progress<'_>)) ->
         let _ = std::fs::remove_file(&tmp);
         return Err(e);
     }
-    std::fs::rename(&tmp, &opts.output).map_err(io_err(&opts.output))?;
+    if let OutType::Quantized(target) = opts.out_type {
+        let result =
+            crate::quantize::quantize_file(&tmp, &opts.output, target, &mut |i, n, name| {
+                progress(Progress::Quantize {
+                    index: i,
+                    total: n,
+                    name,
+                })
+            });
+        let _ = std::fs::remove_file(&tmp);
+        result.map_err(|e| Error::Quantize(Box::new(e)))?;
+    } else {
+        std::fs::rename(&tmp, &opts.output).map_err(io_err(&opts.output))?;
+    }
     Ok(Summary {
         arch: model.arch.name(),
         n_tensors: jobs.len(),
@@ -334,27 +343,14 @@ fn encode(job: &Job, vals: &[f32], out: &mut Vec<u8>) -> Result<()> {
                 out.extend_from_slice(&floats::f32_to_bf16_bits(v).to_le_bytes());
             }
         }
-        t => return quantize(t, vals, out),
+        t => {
+            return Err(Error::Unsupported(format!(
+                "{}: the converter writes f32, f16 or bf16, not {t}",
+                job.name
+            )));
+        }
     }
     Ok(())
-}
-
-/// Block types are produced by `lamina_quant::quantize_row` once the quant
-/// crate provides it.
-fn quantize(t: GgmlType, _vals: &[f32], _out: &mut Vec<u8>) -> Result<()> {
-    Err(Error::Unsupported(format!(
-        "--type {}: not yet supported: needs lamina-quant (use f32, f16 or bf16)",
-        t.name().to_ascii_lowercase()
-    )))
-}
-
-/// Checks up front that a block type can be produced, so the error comes
-/// before anything is written.
-pub(crate) fn check_out_type(t: OutType) -> Result<()> {
-    match t {
-        OutType::Quant(q) => quantize(q, &[], &mut Vec::new()),
-        _ => Ok(()),
-    }
 }
 
 #[cfg(test)]
@@ -383,7 +379,11 @@ mod tests {
         assert_eq!(OutType::parse("BF16").unwrap(), OutType::Bf16);
         assert_eq!(
             OutType::parse("q8_0").unwrap(),
-            OutType::Quant(GgmlType::Q8_0)
+            OutType::Quantized(Target::Q8_0)
+        );
+        assert_eq!(
+            OutType::parse("Q4_K_M").unwrap(),
+            OutType::Quantized(Target::Q4_K_M)
         );
         assert!(OutType::parse("f64").is_err());
     }
