@@ -5,7 +5,7 @@
 
 use lamina_kernels::matmul::{Scratch, Weights, matmul};
 use lamina_kernels::pool::Serial;
-use lamina_kernels::{GgmlType, kernels};
+use lamina_kernels::{GgmlType, Isa, kernels_for};
 
 fn pseudo(n: usize, seed: u32) -> Vec<f32> {
     let mut s = seed;
@@ -32,8 +32,9 @@ fn batch_position_does_not_change_a_tokens_result() {
         GgmlType::Q4_K,
         GgmlType::Q6_K,
     ];
-    for ty in types {
-        let k = kernels(ty).unwrap();
+    let isas: Vec<Isa> = Isa::ALL.into_iter().filter(|i| i.is_available()).collect();
+    for (isa, ty) in isas.iter().flat_map(|&i| types.map(|t| (i, t))) {
+        let k = kernels_for(ty, isa).unwrap();
         let (rows, cols, tokens) = (24, 1024, 21); // 2 tiles of 8, one of 4, 1 single
         let wf = pseudo(rows * cols, 7);
         let mut w = vec![0u8; rows * k.weight_row_bytes(cols)];
@@ -56,7 +57,43 @@ fn batch_position_does_not_change_a_tokens_result() {
                 assert_eq!(
                     a.to_bits(),
                     b.to_bits(),
-                    "{ty} token {t} row {r}: {a} alone, {b} in the batch"
+                    "{} {ty} token {t} row {r}: {a} alone, {b} in the batch",
+                    isa.name()
+                );
+            }
+        }
+    }
+}
+
+/// The AVX-512 VNNI row kernels replace AVX2's but keep their arithmetic
+/// (exact integer block sums, the same float steps), so a token's result is
+/// also the same whichever of the two a CPU runs, and either one matches the
+/// AVX2 tiles a batch goes through.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn avx512_row_kernels_give_avx2_bits() {
+    if !Isa::Avx512Vnni.is_available() {
+        eprintln!("skipped: this CPU has no AVX-512 VNNI");
+        return;
+    }
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K] {
+        let (k2, k5) = (
+            kernels_for(ty, Isa::Avx2).unwrap(),
+            kernels_for(ty, Isa::Avx512Vnni).unwrap(),
+        );
+        for (cols, seed) in [(256, 1), (768, 2), (1280, 3), (3072, 4)] {
+            let wf = pseudo(cols * 3, seed);
+            let mut w = vec![0u8; 3 * k2.weight_row_bytes(cols)];
+            lamina_quant::quantize_row(ty, &wf, &mut w).unwrap();
+            let x = pseudo(cols, seed + 100);
+            let mut a = vec![0u8; k2.activation_row_bytes(cols)];
+            (k2.quantize_activation)(&x, &mut a);
+            for w in w.chunks(k2.weight_row_bytes(cols)) {
+                let (r2, r5) = ((k2.vec_dot)(cols, w, &a), (k5.vec_dot)(cols, w, &a));
+                assert_eq!(
+                    r2.to_bits(),
+                    r5.to_bits(),
+                    "{ty} {cols}: avx2 {r2}, avx512 {r5}"
                 );
             }
         }

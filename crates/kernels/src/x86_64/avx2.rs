@@ -47,7 +47,7 @@ unsafe fn load(p: *const u8) -> __m256i {
 }
 
 #[inline(always)]
-unsafe fn hsum_f32(v: __m256) -> f32 {
+pub(super) unsafe fn hsum_f32(v: __m256) -> f32 {
     // SAFETY: AVX is enabled in every kernel calling this.
     unsafe {
         let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));

@@ -7,6 +7,7 @@
 //! only intrinsics Miri implements are used here, and f16 scales are decoded
 //! in software.
 
+use super::avx2::hsum_f32;
 use crate::GgmlType;
 use crate::scalar::{k4_scales_mins, row_blocks};
 use core::arch::x86_64::*;
@@ -48,44 +49,65 @@ unsafe fn dot_signed(acc: __m512i, w: __m512i, a: __m512i) -> __m512i {
     }
 }
 
+/// Σ_blocks d_w·d_a·Σ(w·a), two blocks per `vpdpbusd`. Each block's integer
+/// sum is exact and is accumulated as `acc = fma(d_w·d_a, Σ, acc)` in block
+/// order, the contract of the AVX2 row kernel and 1×8/1×4 tiles, so a
+/// token's result is the same bits wherever it sits in a batch.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn k_q8_0(nb: usize, w: *const u8, a: *const u8) -> f32 {
     // SAFETY: both rows hold `nb` 34-byte blocks (checked by the wrapper).
     unsafe {
-        let mut acc = _mm512_setzero_ps();
+        let mut acc = 0.0f32;
         let mut i = 0;
         while i < nb {
             // Two blocks per 64-byte vector; an odd last block pairs with zeros.
             let two = i + 1 < nb;
             let (x0, y0) = (w.add(34 * i), a.add(34 * i));
-            let (qx1, qy1, d1) = if two {
+            let (qx1, qy1) = if two {
                 let (x1, y1) = (w.add(34 * (i + 1)), a.add(34 * (i + 1)));
-                (load256(x1.add(2)), load256(y1.add(2)), fp16(x1) * fp16(y1))
+                (load256(x1.add(2)), load256(y1.add(2)))
             } else {
-                (_mm256_setzero_si256(), _mm256_setzero_si256(), 0.0)
+                (_mm256_setzero_si256(), _mm256_setzero_si256())
             };
             let qx = cat(load256(x0.add(2)), qx1);
             let qy = cat(load256(y0.add(2)), qy1);
-            let p = dot_signed(_mm512_setzero_si512(), qx, qy);
-            let d = _mm512_mask_blend_ps(
-                0xFF00,
-                _mm512_set1_ps(fp16(x0) * fp16(y0)),
-                _mm512_set1_ps(d1),
+            let mut lanes = [0i32; 16];
+            _mm512_storeu_si512(
+                lanes.as_mut_ptr().cast(),
+                dot_signed(_mm512_setzero_si512(), qx, qy),
             );
-            acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc);
+            let s0: i32 = lanes[..8].iter().sum();
+            acc = (fp16(x0) * fp16(y0)).mul_add(s0 as f32, acc);
+            if two {
+                let (x1, y1) = (w.add(34 * (i + 1)), a.add(34 * (i + 1)));
+                let s1: i32 = lanes[8..].iter().sum();
+                acc = (fp16(x1) * fp16(y1)).mul_add(s1 as f32, acc);
+            }
             i += 2;
         }
-        _mm512_reduce_add_ps(acc)
+        acc
     }
 }
 
+/// The two 256-bit halves of `v` added: lane `l` of the result sums lanes
+/// `l` and `l + 8`. A 64-byte `vpdpbusd` over two 32-byte chunks folded this
+/// way gives each lane exactly the byte positions the AVX2 kernels' lane
+/// gathers, so the float arithmetic after it can be theirs, bit for bit.
+#[inline(always)]
+unsafe fn fold(v: __m512i) -> __m256i {
+    // SAFETY: AVX-512F is enabled in every caller.
+    unsafe { _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v)) }
+}
+
 /// Q4_K: 64 values (two sub-blocks of 32) per `vpdpbusd`; nibbles are unsigned.
+/// The block sum is folded to the AVX2 kernels' 8 lanes (see [`fold`]), so the
+/// result is theirs bit for bit.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn k_q4_k(nb: usize, w: *const u8, a: *const u8) -> f32 {
     // SAFETY: both rows hold `nb` blocks (144 and 292 bytes), checked by the wrapper.
     unsafe {
         let m4 = _mm512_set1_epi8(0x0F);
-        let mut acc = _mm512_setzero_ps();
+        let mut acc = _mm256_setzero_ps();
         let mut summ = 0.0f32;
         for i in 0..nb {
             let (x, y) = (w.add(144 * i), a.add(292 * i));
@@ -109,35 +131,34 @@ unsafe fn k_q4_k(nb: usize, w: *const u8, a: *const u8) -> f32 {
                 sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(sc, p));
             }
             let dy = f32_at(y);
-            acc = _mm512_fmadd_ps(_mm512_set1_ps(dy * fp16(x)), _mm512_cvtepi32_ps(sumi), acc);
+            acc = _mm256_fmadd_ps(
+                _mm256_set1_ps(dy * fp16(x)),
+                _mm256_cvtepi32_ps(fold(sumi)),
+                acc,
+            );
             let bsums = &y.add(260).cast::<[i16; 16]>().read_unaligned();
             let msum: i32 = (0..8)
                 .map(|j| mins[j] as i32 * (bsums[2 * j] as i32 + bsums[2 * j + 1] as i32))
                 .sum();
             summ += (dy * fp16(x.add(2))) * msum as f32;
         }
-        _mm512_reduce_add_ps(acc) - summ
+        hsum_f32(acc) - summ
     }
 }
 
 /// Q6_K: unsigned 6-bit quants against the activations, 64 values per
-/// `vpdpbusd`; the `-32` offset comes from the bsums once per block.
+/// `vpdpbusd`; the `-32` offset comes from the bsums once per block. Folded
+/// to the AVX2 kernels' 8 lanes (see [`fold`]): their result bit for bit.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn k_q6_k(nb: usize, w: *const u8, a: *const u8) -> f32 {
     // SAFETY: both rows hold `nb` blocks (210 and 292 bytes), checked by the wrapper.
     unsafe {
         let m4 = _mm512_set1_epi8(0x0F);
         let m2 = _mm512_set1_epi8(0x30);
-        let mut acc = _mm512_setzero_ps();
+        let mut acc = _mm256_setzero_ps();
         for i in 0..nb {
             let (x, y) = (w.add(210 * i), a.add(292 * i));
             let sc = &*x.add(192).cast::<[i8; 16]>();
-            let bsums = &y.add(260).cast::<[i16; 16]>().read_unaligned();
-            let off: i32 = sc
-                .iter()
-                .zip(bsums)
-                .map(|(&s, &b)| s as i32 * b as i32)
-                .sum();
             let mut sumi = _mm512_setzero_si512();
             for half in 0..2 {
                 let ql = _mm512_loadu_si512(x.add(64 * half).cast());
@@ -177,14 +198,14 @@ unsafe fn k_q6_k(nb: usize, w: *const u8, a: *const u8) -> f32 {
                     sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(scale, p));
                 }
             }
+            // -32 · Σ_s scale_s · bsum_s, spread over the lanes as the AVX2 kernel does.
+            let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(sc.as_ptr().cast()));
+            let off = _mm256_madd_epi16(sc16, load256(y.add(260)));
+            let sumi = _mm256_sub_epi32(fold(sumi), _mm256_slli_epi32::<5>(off));
             let d = f32_at(y) * fp16(x.add(208));
-            let sumi = _mm512_sub_epi32(
-                sumi,
-                _mm512_mask_set1_epi32(_mm512_setzero_si512(), 1, 32 * off),
-            );
-            acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
         }
-        _mm512_reduce_add_ps(acc)
+        hsum_f32(acc)
     }
 }
 
