@@ -394,8 +394,9 @@ fn produce_derived_models(dir: &Path) -> Result<()> {
         "building lamina to make {} derived model files",
         pending.len()
     );
-    crate::run(crate::cargo().args(["build", "--release", "-q", "-p", "lamina-cli"]))?;
-    let lamina = crate::workspace_root().join("target/release/lamina");
+    // `lamina_bin` builds it into the target directory ($CARGO_TARGET_DIR
+    // included) and honours LAMINA_BIN.
+    let lamina = crate::lamina_bin()?;
     for (name, args) in pending {
         let out = dir.join(name);
         let dir_s = dir.display().to_string();
