@@ -368,8 +368,16 @@ fn percentile(v: &mut [f64], p: f64) -> f64 {
     v[(((v.len() - 1) as f64) * p).round() as usize]
 }
 
-fn rss_mib(pid: u32) -> f64 {
-    crate::bench::read_status(pid).map_or(f64::NAN, |m| m.rss_kb as f64 / 1024.0)
+/// RSS, as "TOTAL MiB (ANON anon)": the file-backed rest is the mapped model.
+fn rss(pid: u32) -> String {
+    match crate::bench::read_status(pid) {
+        Some(m) => format!(
+            "{:.0} MiB ({:.0} anon)",
+            m.rss_kb as f64 / 1024.0,
+            m.rss_anon_kb as f64 / 1024.0
+        ),
+        None => "?".into(),
+    }
 }
 
 pub(crate) fn bench(a: &ServeArgs, threads: usize, model: Option<&str>) -> Result<()> {
@@ -432,7 +440,7 @@ pub(crate) fn bench(a: &ServeArgs, threads: usize, model: Option<&str>) -> Resul
     )?;
     let addr = server.addr;
     let pid = server.pid();
-    let rss_start = rss_mib(pid);
+    let rss_start = rss(pid);
     let texts = crate::bench::batch_texts(crate::bench::SHORT_TEXT, 96);
     let embed_name = stem(&embed);
     let chat_name = stem(&chat);
@@ -463,7 +471,7 @@ pub(crate) fn bench(a: &ServeArgs, threads: usize, model: Option<&str>) -> Resul
         );
         Ok((0.0, 0))
     });
-    let rss_mid = rss_mib(pid);
+    let rss_mid = rss(pid);
 
     // Streamed chat.
     let questions = [
@@ -510,7 +518,7 @@ pub(crate) fn bench(a: &ServeArgs, threads: usize, model: Option<&str>) -> Resul
             .unwrap_or(0);
         Ok((ttft.unwrap_or(f64::NAN), tokens))
     });
-    let rss_end = rss_mib(pid);
+    let rss_end = rss(pid);
     drop(server);
 
     // The table.
@@ -550,7 +558,7 @@ pub(crate) fn bench(a: &ServeArgs, threads: usize, model: Option<&str>) -> Resul
         100.0 * emb_tps / in_process
     );
     println!(
-        "Server RSS: {rss_start:.0} MiB at start, {rss_mid:.0} MiB after embeddings, {rss_end:.0} MiB at the end."
+        "Server RSS: {rss_start} at start, {rss_mid} after the embeddings, {rss_end} at the end."
     );
     for (what, o) in [("embeddings", &emb), ("chat", &chat_out)] {
         if let Some(e) = &o.first_error {

@@ -81,9 +81,9 @@ async fn track(State(s): St, req: Request, next: Next) -> Response {
 /// Bytewise equality whose time depends only on the lengths.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     let mut diff = u64::from(a.len() != b.len());
-    for i in 0..b.len() {
+    for (i, &y) in b.iter().enumerate() {
         let x = a.get(i).copied().unwrap_or(0);
-        diff |= u64::from(std::hint::black_box(x ^ b[i]));
+        diff |= u64::from(std::hint::black_box(x ^ y));
     }
     std::hint::black_box(diff) == 0
 }

@@ -77,7 +77,7 @@ fn chat_matches_the_engine_streamed_and_not() {
     assert_eq!(v["choices"][0]["message"]["content"], want.as_str());
     assert_eq!(v["usage"]["prompt_tokens"], n_prompt);
     let completion = v["usage"]["completion_tokens"].as_u64().unwrap();
-    assert!(completion >= 1 && completion <= 24, "{v}");
+    assert!((1..=24).contains(&completion), "{v}");
     assert_eq!(
         v["usage"]["total_tokens"].as_u64().unwrap(),
         n_prompt as u64 + completion
@@ -670,9 +670,16 @@ fn full_queue_is_503_and_disconnects_cancel() {
         ..Default::default()
     });
     let addr = server.addr;
-    // A generates; B waits in the queue; C finds the queue full.
-    let mut a = open_stream(addr, &long_stream_body());
-    read_until(&mut a, "{\"content\":\"");
+    // A (not streamed) generates; B (streamed) waits in the queue; C finds
+    // the queue full.
+    let mut a_body = long_stream_body();
+    a_body["stream"] = json!(false);
+    let a = open_stream(addr, &a_body);
+    let t = Instant::now();
+    while metric(&get(addr, "/metrics").text(), "lamina_generations_active") < 1.0 {
+        assert!(t.elapsed() < Duration::from_secs(30), "A never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let b = open_stream(addr, &long_stream_body());
     let t = Instant::now();
     while metric(
@@ -692,7 +699,8 @@ fn full_queue_is_503_and_disconnects_cancel() {
     assert_eq!(get(addr, "/health").status, 200);
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
 
-    // Dropping both connections cancels A and B, and frees the slot.
+    // Dropping both connections cancels A mid-generation and B (queued or
+    // just started), and frees the slot.
     drop(a);
     drop(b);
     let t = Instant::now();
