@@ -12,6 +12,7 @@
 //!   slot takes the oldest waiting request; requests beyond the slots wait in
 //!   FIFO order. Active generations advance round-robin, one token per turn:
 //!   after each token a slot gives its turn back and queues for the next.
+//!   A prompt is evaluated in batches of `prompt_batch` tokens, one per turn.
 //!   A slot stops a generation as soon as its client's channel is closed
 //!   (the HTTP request was dropped: the client disconnected).
 
@@ -211,7 +212,30 @@ fn run_generation(
         metrics.cancelled.fetch_add(1, Relaxed);
         return;
     }
-    if let Err(e) = session.prefill(&job.prompt, &Rayon) {
+    // The prompt goes through in batches, the turn given back between them,
+    // so a long prompt does not stall the other generations.
+    let prompt = &job.prompt[..];
+    let common = session
+        .tokens()
+        .iter()
+        .zip(prompt)
+        .take_while(|(a, b)| a == b)
+        .count()
+        .min(prompt.len().saturating_sub(1));
+    let mut end = (common + session.batch()).min(prompt.len());
+    let mut result = session.prefill(&prompt[..end], &Rayon).map(drop);
+    while result.is_ok() && end < prompt.len() {
+        drop(turn.take());
+        turn = Some(turnstile.acquire());
+        if job.tx.is_closed() {
+            metrics.cancelled.fetch_add(1, Relaxed);
+            return;
+        }
+        let next = (end + session.batch()).min(prompt.len());
+        result = session.eval(&prompt[end..next], &Rayon);
+        end = next;
+    }
+    if let Err(e) = result {
         // A failed forward may leave the cache in any state: start afresh.
         session.clear();
         let _ = job.tx.send(GenEvent::Error(from_model(&e)));
@@ -235,7 +259,7 @@ fn run_generation(
             return false;
         }
         // Round-robin: give the turn to whoever waits, then queue again.
-        turn = None;
+        drop(turn.take());
         turn = Some(turnstile.acquire());
         true
     });

@@ -35,8 +35,14 @@ fn chat_body(content: &str, max_tokens: i64) -> Value {
     })
 }
 
-/// Greedy continuation of a chat, in process.
-fn in_process_chat(path: &std::path::Path, content: &str, max_tokens: usize) -> (usize, String) {
+/// Greedy continuation of a chat, in process, the prompt evaluated `batch`
+/// tokens per forward pass.
+fn in_process_chat(
+    path: &std::path::Path,
+    content: &str,
+    max_tokens: usize,
+    batch: usize,
+) -> (usize, String) {
     let model = Model::open(path).unwrap();
     let tok = Tokenizer::from_gguf(&model.file).unwrap();
     let template = ChatTemplate::for_model(&model.file, model.hp.arch, &tok).unwrap();
@@ -44,7 +50,7 @@ fn in_process_chat(path: &std::path::Path, content: &str, max_tokens: usize) -> 
         .render(&[Message::new("user", content)], true)
         .unwrap();
     let ids = tok.encode(&prompt, true, true);
-    let mut session = Session::new(&model, &tok, 1024, KvType::F16).unwrap();
+    let mut session = Session::with_batch(&model, &tok, 1024, KvType::F16, batch).unwrap();
     session.prefill(&ids, &Rayon).unwrap();
     let mut sampler = Sampler::new(SamplerParams::greedy(), model.hp.n_vocab);
     let opts = GenerateOptions {
@@ -60,14 +66,17 @@ fn in_process_chat(path: &std::path::Path, content: &str, max_tokens: usize) -> 
 #[test]
 fn chat_matches_the_engine_streamed_and_not() {
     let Some(path) = gen_model() else { return };
+    // Prompts go through 8 tokens per forward (and per turn), as in process.
     let server = start(ServeConfig {
         models: vec![path.clone()],
         ctx: Some(1024),
         parallel: 2,
+        prompt_batch: 8,
         ..Default::default()
     });
     let q = "What is the capital of France?";
-    let (n_prompt, want) = in_process_chat(&path, q, 24);
+    let (n_prompt, want) = in_process_chat(&path, q, 24, 8);
+    assert!(n_prompt > 8, "the prompt spans several batches");
 
     let r = post(server.addr, "/v1/chat/completions", &chat_body(q, 24));
     assert_eq!(r.status, 200, "{}", r.text());
