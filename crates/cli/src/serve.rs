@@ -114,10 +114,32 @@ pub fn run(args: Args) -> Result<()> {
         }
         server
             .serve(listener, async {
-                let _ = tokio::signal::ctrl_c().await;
-                eprintln!("lamina serve: stopping (answering the requests in flight)");
+                shutdown_signal().await;
+                eprintln!(
+                    "lamina serve: stopping (answering the requests in flight; Ctrl-C again quits now)"
+                );
+                tokio::spawn(async {
+                    shutdown_signal().await;
+                    std::process::exit(130);
+                });
             })
             .await
             .context("serving HTTP")
     })
+}
+
+/// Ctrl-C, or SIGTERM on Unix.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
 }
