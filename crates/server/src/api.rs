@@ -443,6 +443,12 @@ impl GenRequest {
             .unwrap_or(d.presence_penalty);
         let repeat_penalty = check_range("repeat_penalty", self.repeat_penalty, 0.0, 10.0)?
             .unwrap_or(d.repeat_penalty);
+        if repeat_penalty <= 0.0 {
+            return Err(ApiError::invalid_param(
+                "repeat_penalty",
+                "'repeat_penalty' must be above 0 (1 is off)",
+            ));
+        }
         let top_k = match self.top_k {
             None => d.top_k,
             Some(k) if k >= 0 => usize::try_from(k).unwrap_or(usize::MAX),
@@ -762,6 +768,7 @@ mod tests {
             r#"{"logprobs": true}"#,
             r#"{"stop": 5}"#,
             r#"{"presence_penalty": -3}"#,
+            r#"{"repeat_penalty": 0}"#,
         ] {
             assert!(p(bad).is_err(), "{bad}");
         }

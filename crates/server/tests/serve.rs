@@ -768,3 +768,46 @@ fn concurrent_generations_advance_together() {
     );
     assert!(read_until(&mut b, "[DONE]").contains("[DONE]"));
 }
+
+#[test]
+fn gemma_chat_template_errors_are_400() {
+    let Some(path) = model(&["gemma-3-270m-Q8_0.gguf"]) else {
+        return;
+    };
+    let server = start(ServeConfig {
+        models: vec![path],
+        ctx: Some(512),
+        parallel: 1,
+        ..Default::default()
+    });
+    // Gemma's template merges a system message into the first user turn and
+    // refuses roles that do not alternate.
+    let r = post(
+        server.addr,
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]}),
+    );
+    let v = r.assert_error(400, "roles that do not alternate");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("alternate"),
+        "{v}"
+    );
+    assert_eq!(v["error"]["param"], "messages");
+    let r = post(
+        server.addr,
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "system", "content": "Be brief."},
+                             {"role": "user", "content": "Name a colour."}],
+                "max_tokens": 4, "temperature": 0}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.json()["usage"]["completion_tokens"]
+            .as_u64()
+            .map(|n| n <= 4),
+        Some(true)
+    );
+}
