@@ -325,12 +325,7 @@ async fn chat_completions(State(s): St, body: Result<Bytes, BytesRejection>) -> 
 
 /// The prompt's token ids: the chat rendered with the model's template, or
 /// the completion prompt (text or ids).
-async fn prompt_ids(
-    s: &Arc<AppState>,
-    g: &GenHandle,
-    req: &GenRequest,
-    chat: bool,
-) -> Result<Vec<u32>, ApiError> {
+async fn prompt_ids(g: &GenHandle, req: &GenRequest, chat: bool) -> Result<Vec<u32>, ApiError> {
     let gm = g.model.clone();
     if chat {
         let msgs = req.chat_messages()?;
@@ -350,7 +345,6 @@ async fn prompt_ids(
             "'prompt' is required: a string or an array of token ids",
         ));
     };
-    let _ = s;
     let mut inputs = api::inputs("prompt", prompt, gm.tok.n_vocab(), 1)?;
     match inputs.pop() {
         Some(Input::Tokens(t)) => Ok(t),
@@ -371,7 +365,7 @@ async fn generation(
     let g = s.generator(req.model.as_deref())?;
     let n_ctx = g.model.n_ctx;
     let params = req.params(n_ctx)?;
-    let prompt = prompt_ids(&s, g, &req, chat).await?;
+    let prompt = prompt_ids(g, &req, chat).await?;
     let field = if chat { "messages" } else { "prompt" };
     if prompt.is_empty() {
         return Err(ApiError::invalid_param(
@@ -390,8 +384,6 @@ async fn generation(
         )
         .code("context_length_exceeded"));
     }
-    let prompt_tokens = prompt.len();
-
     let (tx, rx) = mpsc::unbounded_channel();
     let job = GenJob {
         prompt,
@@ -452,7 +444,6 @@ async fn generation(
             GenEvent::Error(e) => return Err(e),
         }
     }
-    let _ = prompt_tokens;
     Err(ApiError::internal("the generation worker stopped"))
 }
 
