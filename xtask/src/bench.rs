@@ -13,6 +13,8 @@
 //! * `generate` — pp512 and tg128 tokens/s (`lamina bench generate`,
 //!   `llama-bench -p 512 -n 128`).
 //! * `kernels` — `cargo bench -p lamina-kernels`, passed through.
+//! * `serve` — `lamina serve` under load from `--clients` concurrent clients
+//!   for `--secs` seconds (see [`crate::serve`]); not part of `all`.
 //!
 //! A markdown table goes to stdout; `--json` also writes every sample, the
 //! machine and the commits to `target/bench/<UTC timestamp>.json`.
@@ -59,6 +61,8 @@ pub(crate) enum Workload {
     Embed,
     Generate,
     Kernels,
+    /// `lamina serve` under load (see `crate::serve`); not part of `all`.
+    Serve,
     All,
 }
 
@@ -84,6 +88,8 @@ pub(crate) struct Args {
     /// Repetitions of the batch, one-shot and generation figures.
     #[arg(long, default_value_t = 5)]
     reps: usize,
+    #[command(flatten)]
+    serve: crate::serve::ServeArgs,
     /// Run llama.cpp with OMP_WAIT_POLICY=passive. Its OpenMP threads
     /// spin-wait by default, which collapses (10-100× slower) when other
     /// processes share the cores; use this on a busy machine only.
@@ -121,6 +127,12 @@ fn load_average() -> Option<f64> {
 }
 
 pub(crate) fn run_cmd(args: Args) -> Result<()> {
+    if args.what == Workload::Serve {
+        let threads = args
+            .threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        return crate::serve::bench(&args.serve, threads, args.model.as_deref());
+    }
     ensure!(
         args.runs >= 1 && args.reps >= 1,
         "--runs and --reps must be at least 1"
@@ -520,7 +532,7 @@ pub(crate) fn parse_status(text: &str) -> Option<Mem> {
     (seen == 4).then_some(m)
 }
 
-fn read_status(pid: u32) -> Option<Mem> {
+pub(crate) fn read_status(pid: u32) -> Option<Mem> {
     parse_status(&std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?)
 }
 

@@ -4,8 +4,11 @@
 //!   project's real test models (see [`models`]).
 //! * `cargo xtask tidy` checks the repository rules (see [`tidy`]); the same
 //!   checks run as tests under `cargo test -p xtask`.
-//! * `cargo xtask test` runs every test: models, the workspace tests and the
+//! * `cargo xtask test` runs every test: models, the workspace tests, the
+//!   official `openai` Python client against `lamina serve` (see [`serve`];
+//!   skipped, saying why, without Python, pip or the models) and the
 //!   cross-ISA kernel tests (`.ci/isa-tests.sh`). `.ci/run` calls it.
+//! * `cargo xtask openai-client` runs only the `openai` client test.
 //! * `cargo xtask quickstart` fetches the default model and inspects it.
 //! * `cargo xtask llama-cpp [--force]` builds the reference llama.cpp tools
 //!   into `target/llama.cpp/` (see [`llama_cpp`]).
@@ -18,6 +21,7 @@ mod bench;
 mod llama_cpp;
 mod models;
 mod profile;
+mod serve;
 mod tidy;
 mod validate;
 
@@ -53,6 +57,8 @@ enum Command {
         #[arg(long)]
         no_isa: bool,
     },
+    /// The official `openai` Python client against `lamina serve` (pip-installed into a venv).
+    OpenaiClient,
     /// Fetch the default model if missing and run the main job on it.
     Quickstart,
     /// Fetch and build the reference llama.cpp tools (once) and print their folder.
@@ -90,11 +96,13 @@ fn main() -> Result<()> {
             run(cargo()
                 .args(["test", "--workspace", "--all-targets"])
                 .env("LAMINA_MODELS", &dir))?;
+            serve::openai_client_test()?;
             if !no_isa {
                 run(Cmd::new("bash").arg(root.join(".ci/isa-tests.sh")))?;
             }
             Ok(())
         }
+        Command::OpenaiClient => serve::openai_client_test(),
         Command::Quickstart => {
             let dir = models::default_dir()?;
             models::fetch_all(&dir)?;

@@ -440,6 +440,8 @@ fn produce_derived_models(dir: &Path) -> Result<()> {
         "building lamina to make {} derived model files",
         pending.len()
     );
+    // `lamina_bin` builds it into the target directory ($CARGO_TARGET_DIR
+    // included) and honours LAMINA_BIN.
     let lamina = crate::lamina_bin()?;
     for (name, args) in pending {
         let out = dir.join(name);

@@ -5,7 +5,7 @@
 //! them over the workspace. They run as tests (`cargo test -p xtask`) and as
 //! `cargo xtask tidy`.
 //!
-//! * Layering: `gguf → quant → kernels → model → cli`; a crate may depend
+//! * Layering: `gguf → quant → kernels → model → server → cli`; a crate may depend
 //!   only on crates before it (xtask, on top, is not constrained).
 //! * `unsafe` appears only in `crates/quant`, `crates/kernels` and
 //!   `crates/gguf/src/mmap.rs`.
@@ -25,11 +25,12 @@ use std::path::{Path, PathBuf};
 use anyhow::{Result, bail};
 
 /// The library crates in layer order: each may depend only on earlier ones.
-pub(crate) const LAYERS: [&str; 5] = [
+pub(crate) const LAYERS: [&str; 6] = [
     "lamina-gguf",
     "lamina-quant",
     "lamina-kernels",
     "lamina-model",
+    "lamina-server",
     "lamina-cli",
 ];
 

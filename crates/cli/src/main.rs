@@ -11,6 +11,7 @@ mod inspect;
 mod logits;
 mod models;
 mod quantize;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -48,6 +49,8 @@ enum Command {
     Logits(logits::Args),
     /// Print the token ids a model's tokenizer gives a text.
     Tokenize(embed::TokenizeArgs),
+    /// Serve models over an OpenAI-compatible HTTP API.
+    Serve(serve::Args),
     /// In-process timings (used by `cargo xtask bench`).
     Bench(bench::Args),
 }
@@ -64,6 +67,7 @@ fn main() -> ExitCode {
         Command::Chat(args) => chat::run(args),
         Command::Logits(args) => logits::run(args),
         Command::Tokenize(args) => embed::tokenize(args),
+        Command::Serve(args) => serve::run(args),
         Command::Bench(args) => bench::run(args),
     };
     match result {

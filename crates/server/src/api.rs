@@ -1,0 +1,812 @@
+//! The OpenAI request bodies, their validation, and the response bodies.
+//!
+//! Requests are parsed from the raw body (never through axum's `Json`
+//! extractor) so every failure — malformed JSON, invalid UTF-8, a field of
+//! the wrong type — becomes a 400 with an OpenAI error body naming the field.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use lamina_model::chat::Message;
+use lamina_model::generate::StopReason;
+use lamina_model::sampling::SamplerParams;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::error::ApiError;
+
+/// Most stop strings a request may give.
+pub const MAX_STOP: usize = 16;
+/// Longest stop string, in bytes.
+pub const MAX_STOP_LEN: usize = 1024;
+
+/// Parses a JSON body into `T`; errors name the field at fault.
+pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::invalid(
+            "The request body is empty: expected a JSON object",
+        ));
+    }
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        match inner.classify() {
+            serde_json::error::Category::Data if path != "." => {
+                ApiError::invalid_param(&path, format!("Invalid value for '{path}': {inner}"))
+            }
+            serde_json::error::Category::Data => {
+                ApiError::invalid(format!("Invalid request body: {inner}"))
+            }
+            _ => ApiError::invalid(format!(
+                "We could not parse the JSON body of your request ({inner}). \
+                 The body must be a JSON object in UTF-8."
+            )),
+        }
+    })?;
+    de.end().map_err(|e| {
+        ApiError::invalid(format!(
+            "We could not parse the JSON body of your request ({e}): \
+             there is more after the JSON object"
+        ))
+    })?;
+    Ok(value)
+}
+
+// ---------------------------------------------------------------------------
+// Embeddings
+
+#[derive(Debug, Deserialize)]
+pub struct EmbeddingsRequest {
+    /// A string, an array of strings, an array of token ids, or an array of
+    /// arrays of token ids.
+    pub input: Value,
+    #[serde(default)]
+    pub model: Option<String>,
+    /// `float` (default) or `base64` (little-endian f32 bytes).
+    #[serde(default)]
+    pub encoding_format: Option<String>,
+    /// Matryoshka truncation (re-normalised).
+    #[serde(default)]
+    pub dimensions: Option<i64>,
+    #[serde(default)]
+    pub user: Option<Value>,
+}
+
+/// One input of an embeddings or completions request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Input {
+    Text(String),
+    Tokens(Vec<u32>),
+}
+
+fn token_ids(param: &str, items: &[Value], n_vocab: usize) -> Result<Vec<u32>, ApiError> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, v)| match v.as_u64() {
+            Some(id) if (id as usize) < n_vocab => Ok(id as u32),
+            _ => Err(ApiError::invalid_param(
+                param,
+                format!(
+                    "'{param}[{i}]' = {v} is not a token id (an integer from 0 to {})",
+                    n_vocab - 1
+                ),
+            )),
+        })
+        .collect()
+}
+
+/// The inputs in `v` (`param` names the field in messages).
+pub fn inputs(
+    param: &str,
+    v: &Value,
+    n_vocab: usize,
+    max_inputs: usize,
+) -> Result<Vec<Input>, ApiError> {
+    let bad = || {
+        ApiError::invalid_param(
+            param,
+            format!(
+                "'{param}' must be a string, an array of strings, an array of token ids \
+                 or an array of arrays of token ids"
+            ),
+        )
+    };
+    let out = match v {
+        Value::String(s) => vec![Input::Text(s.clone())],
+        Value::Array(items) if items.is_empty() => {
+            return Err(ApiError::invalid_param(
+                param,
+                format!("'{param}' is an empty array"),
+            ));
+        }
+        Value::Array(items) => match &items[0] {
+            Value::String(_) => items
+                .iter()
+                .map(|x| {
+                    x.as_str()
+                        .map(|s| Input::Text(s.to_string()))
+                        .ok_or_else(bad)
+                })
+                .collect::<Result<_, _>>()?,
+            Value::Number(_) => vec![Input::Tokens(token_ids(param, items, n_vocab)?)],
+            Value::Array(_) => items
+                .iter()
+                .enumerate()
+                .map(|(i, x)| match x.as_array() {
+                    Some(ids) => {
+                        token_ids(&format!("{param}[{i}]"), ids, n_vocab).map(Input::Tokens)
+                    }
+                    None => Err(bad()),
+                })
+                .collect::<Result<_, _>>()?,
+            _ => return Err(bad()),
+        },
+        _ => return Err(bad()),
+    };
+    if out.len() > max_inputs {
+        return Err(ApiError::invalid_param(
+            param,
+            format!(
+                "'{param}' has {} inputs, more than the {max_inputs} allowed per request",
+                out.len()
+            ),
+        ));
+    }
+    for (i, input) in out.iter().enumerate() {
+        let empty = match input {
+            Input::Text(s) => s.is_empty(),
+            Input::Tokens(t) => t.is_empty(),
+        };
+        if empty {
+            let at = if matches!(v, Value::Array(_)) {
+                format!("{param}[{i}]")
+            } else {
+                param.to_string()
+            };
+            return Err(ApiError::invalid_param(
+                &at,
+                format!("'{at}' is empty: there is nothing to process"),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// How embeddings are written in the response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Encoding {
+    Float,
+    Base64,
+}
+
+pub fn encoding(format: Option<&str>) -> Result<Encoding, ApiError> {
+    match format {
+        None | Some("float") => Ok(Encoding::Float),
+        Some("base64") => Ok(Encoding::Base64),
+        Some(other) => Err(ApiError::invalid_param(
+            "encoding_format",
+            format!("'encoding_format' must be \"float\" or \"base64\", not {other:?}"),
+        )),
+    }
+}
+
+pub fn dimensions(d: Option<i64>, width: usize) -> Result<Option<usize>, ApiError> {
+    match d {
+        None => Ok(None),
+        Some(d) if d >= 1 && d as u64 <= width as u64 => Ok(Some(d as usize)),
+        Some(d) => Err(ApiError::invalid_param(
+            "dimensions",
+            format!("'dimensions' is {d}: it must lie between 1 and {width}"),
+        )),
+    }
+}
+
+/// Matryoshka truncation then L2 normalisation (a no-op for full-width
+/// vectors, which the model already normalised).
+pub fn truncate_normalise(mut v: Vec<f32>, dim: Option<usize>) -> Vec<f32> {
+    if let Some(d) = dim
+        && d < v.len()
+    {
+        v.truncate(d);
+        let norm = v.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+        if norm > 0.0 {
+            let s = (1.0 / norm) as f32;
+            v.iter_mut().for_each(|x| *x *= s);
+        }
+    }
+    v
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum EmbeddingValue {
+    Float(Vec<f32>),
+    Base64(String),
+}
+
+impl EmbeddingValue {
+    pub fn new(v: Vec<f32>, enc: Encoding) -> EmbeddingValue {
+        match enc {
+            Encoding::Float => EmbeddingValue::Float(v),
+            Encoding::Base64 => {
+                use base64::Engine as _;
+                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                EmbeddingValue::Base64(base64::engine::general_purpose::STANDARD.encode(bytes))
+            }
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub struct EmbeddingData {
+    pub object: &'static str,
+    pub index: usize,
+    pub embedding: EmbeddingValue,
+}
+
+#[derive(Serialize)]
+pub struct EmbeddingUsage {
+    pub prompt_tokens: usize,
+    pub total_tokens: usize,
+}
+
+#[derive(Serialize)]
+pub struct EmbeddingsResponse {
+    pub object: &'static str,
+    pub data: Vec<EmbeddingData>,
+    pub model: String,
+    pub usage: EmbeddingUsage,
+}
+
+// ---------------------------------------------------------------------------
+// Completions and chat completions
+
+#[derive(Debug, Default, Deserialize)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: Option<bool>,
+}
+
+/// One chat message as sent.
+#[derive(Debug, Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    #[serde(default)]
+    pub content: Option<Value>,
+    #[serde(default)]
+    pub tool_calls: Option<Value>,
+}
+
+/// The fields of `/v1/completions` and `/v1/chat/completions` (one struct:
+/// `prompt` for the first, `messages` for the second).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct GenRequest {
+    pub model: Option<String>,
+    pub prompt: Option<Value>,
+    pub messages: Option<Vec<ChatMessage>>,
+    pub max_tokens: Option<i64>,
+    pub max_completion_tokens: Option<i64>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub top_k: Option<i64>,
+    pub min_p: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    pub presence_penalty: Option<f64>,
+    pub repeat_penalty: Option<f64>,
+    pub repeat_last_n: Option<i64>,
+    pub seed: Option<i64>,
+    pub stop: Option<Value>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    pub n: Option<i64>,
+    pub best_of: Option<i64>,
+    pub logprobs: Option<Value>,
+    pub top_logprobs: Option<i64>,
+    pub echo: Option<bool>,
+    pub suffix: Option<String>,
+    pub tools: Option<Value>,
+    pub tool_choice: Option<Value>,
+    pub functions: Option<Value>,
+    pub response_format: Option<Value>,
+    pub logit_bias: Option<Value>,
+    pub ignore_eos: Option<bool>,
+    pub user: Option<Value>,
+}
+
+/// A validated generation request (everything but the prompt).
+#[derive(Clone, Debug)]
+pub struct GenParams {
+    pub sampler: SamplerParams,
+    pub max_tokens: Option<usize>,
+    pub stop: Vec<String>,
+    pub ignore_eos: bool,
+    pub stream: bool,
+    pub include_usage: bool,
+}
+
+fn check_range(name: &str, v: Option<f64>, lo: f64, hi: f64) -> Result<Option<f32>, ApiError> {
+    match v {
+        None => Ok(None),
+        Some(x) if x.is_finite() && (lo..=hi).contains(&x) => Ok(Some(x as f32)),
+        Some(x) => Err(ApiError::invalid_param(
+            name,
+            format!("'{name}' is {x}: it must lie between {lo} and {hi}"),
+        )),
+    }
+}
+
+fn unsupported(name: &str, what: &str) -> ApiError {
+    ApiError::invalid_param(name, format!("{what} is not supported by this server"))
+        .code("unsupported_parameter")
+}
+
+/// A fresh seed when the request gives none (or -1, llama-server's "random").
+fn random_seed() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let t = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let c = COUNTER.fetch_add(1, Ordering::Relaxed);
+    // SplitMix64 of time and a counter: distinct for requests in the same nanosecond.
+    let mut z = t ^ c.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+impl GenRequest {
+    /// Checks the sampling and limit fields; `n_ctx` bounds `max_tokens`.
+    /// Unset sampling fields take llama-server's defaults.
+    pub fn params(&self, n_ctx: usize) -> Result<GenParams, ApiError> {
+        if let Some(n) = self.n
+            && n != 1
+        {
+            return Err(ApiError::invalid_param(
+                "n",
+                format!("'n' is {n}: only one choice per request (n = 1) is supported"),
+            ));
+        }
+        if let Some(b) = self.best_of
+            && b != 1
+        {
+            return Err(unsupported("best_of", "'best_of' other than 1"));
+        }
+        match &self.logprobs {
+            None | Some(Value::Null) | Some(Value::Bool(false)) => {}
+            Some(Value::Number(n)) if n.as_u64() == Some(0) => {}
+            Some(_) => return Err(unsupported("logprobs", "'logprobs'")),
+        }
+        if self.top_logprobs.is_some_and(|n| n != 0) {
+            return Err(unsupported("top_logprobs", "'top_logprobs'"));
+        }
+        if self.echo == Some(true) {
+            return Err(unsupported("echo", "'echo'"));
+        }
+        if self.suffix.as_ref().is_some_and(|s| !s.is_empty()) {
+            return Err(unsupported("suffix", "'suffix'"));
+        }
+        match &self.tools {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(a)) if a.is_empty() => {}
+            Some(_) => return Err(unsupported("tools", "Tool calling")),
+        }
+        match &self.functions {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(a)) if a.is_empty() => {}
+            Some(_) => return Err(unsupported("functions", "Function calling")),
+        }
+        if let Some(rf) = &self.response_format
+            && !rf.is_null()
+            && rf.get("type").and_then(Value::as_str) != Some("text")
+        {
+            return Err(unsupported(
+                "response_format",
+                "A 'response_format' other than {\"type\": \"text\"}",
+            ));
+        }
+        match &self.logit_bias {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(m)) if m.is_empty() => {}
+            Some(_) => return Err(unsupported("logit_bias", "'logit_bias'")),
+        }
+
+        let (max_name, max) = match (self.max_completion_tokens, self.max_tokens) {
+            (Some(m), _) => ("max_completion_tokens", Some(m)),
+            (None, m) => ("max_tokens", m),
+        };
+        let max_tokens = match max {
+            None | Some(-1) => None,
+            Some(m) if m >= 0 && m as u64 <= n_ctx as u64 => Some(m as usize),
+            Some(m) => {
+                return Err(ApiError::invalid_param(
+                    max_name,
+                    format!(
+                        "'{max_name}' is {m}: it must lie between 0 and the context size, {n_ctx} \
+                         (or be -1 for no limit)"
+                    ),
+                ));
+            }
+        };
+
+        let d = SamplerParams::default();
+        let temp = check_range("temperature", self.temperature, 0.0, 2.0)?.unwrap_or(d.temp);
+        let top_p = check_range("top_p", self.top_p, 0.0, 1.0)?.unwrap_or(d.top_p);
+        let min_p = check_range("min_p", self.min_p, 0.0, 1.0)?.unwrap_or(d.min_p);
+        let frequency_penalty =
+            check_range("frequency_penalty", self.frequency_penalty, -2.0, 2.0)?
+                .unwrap_or(d.frequency_penalty);
+        let presence_penalty = check_range("presence_penalty", self.presence_penalty, -2.0, 2.0)?
+            .unwrap_or(d.presence_penalty);
+        let repeat_penalty = check_range("repeat_penalty", self.repeat_penalty, 0.0, 10.0)?
+            .unwrap_or(d.repeat_penalty);
+        if repeat_penalty <= 0.0 {
+            return Err(ApiError::invalid_param(
+                "repeat_penalty",
+                "'repeat_penalty' must be above 0 (1 is off)",
+            ));
+        }
+        let top_k = match self.top_k {
+            None => d.top_k,
+            Some(k) if k >= 0 => usize::try_from(k).unwrap_or(usize::MAX),
+            Some(k) => {
+                return Err(ApiError::invalid_param(
+                    "top_k",
+                    format!("'top_k' is {k}: it must be 0 (off) or more"),
+                ));
+            }
+        };
+        let penalty_last_n = match self.repeat_last_n {
+            None => d.penalty_last_n,
+            Some(-1) => n_ctx,
+            Some(n) if n >= 0 => usize::try_from(n).unwrap_or(usize::MAX).min(n_ctx),
+            Some(n) => {
+                return Err(ApiError::invalid_param(
+                    "repeat_last_n",
+                    format!("'repeat_last_n' is {n}: it must be -1 (the context), 0 (off) or more"),
+                ));
+            }
+        };
+        let seed = match self.seed {
+            None | Some(-1) => random_seed(),
+            Some(s) => s as u64,
+        };
+
+        let stop = match &self.stop {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::String(s)) => vec![s.clone()],
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|x| {
+                    x.as_str().map(str::to_string).ok_or_else(|| {
+                        ApiError::invalid_param(
+                            "stop",
+                            "'stop' must be a string or an array of strings",
+                        )
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+            Some(_) => {
+                return Err(ApiError::invalid_param(
+                    "stop",
+                    "'stop' must be a string or an array of strings",
+                ));
+            }
+        };
+        if stop.len() > MAX_STOP || stop.iter().any(|s| s.len() > MAX_STOP_LEN) {
+            return Err(ApiError::invalid_param(
+                "stop",
+                format!(
+                    "'stop' may hold at most {MAX_STOP} strings of at most {MAX_STOP_LEN} bytes"
+                ),
+            ));
+        }
+        let stop = stop.into_iter().filter(|s| !s.is_empty()).collect();
+
+        Ok(GenParams {
+            sampler: SamplerParams {
+                temp,
+                top_k,
+                top_p,
+                min_p,
+                repeat_penalty,
+                frequency_penalty,
+                presence_penalty,
+                penalty_last_n,
+                seed,
+            },
+            max_tokens,
+            stop,
+            ignore_eos: self.ignore_eos.unwrap_or(false),
+            stream: self.stream.unwrap_or(false),
+            include_usage: self
+                .stream_options
+                .as_ref()
+                .and_then(|o| o.include_usage)
+                .unwrap_or(false),
+        })
+    }
+
+    /// The chat messages as the template takes them.
+    pub fn chat_messages(&self) -> Result<Vec<Message>, ApiError> {
+        let Some(msgs) = &self.messages else {
+            return Err(ApiError::invalid_param(
+                "messages",
+                "'messages' is required: an array of {\"role\", \"content\"} objects",
+            ));
+        };
+        if msgs.is_empty() {
+            return Err(ApiError::invalid_param(
+                "messages",
+                "'messages' is empty: send at least one message",
+            ));
+        }
+        msgs.iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let param = format!("messages[{i}]");
+                let role = match m.role.as_str() {
+                    "system" | "developer" => "system",
+                    "user" => "user",
+                    "assistant" => "assistant",
+                    "tool" | "function" => {
+                        return Err(unsupported(&format!("{param}.role"), "Tool messages"));
+                    }
+                    other => {
+                        return Err(ApiError::invalid_param(
+                            &format!("{param}.role"),
+                            format!(
+                                "'{param}.role' is {other:?}: expected \"system\", \"developer\", \
+                                 \"user\" or \"assistant\""
+                            ),
+                        ));
+                    }
+                };
+                if m.tool_calls.as_ref().is_some_and(|t| !t.is_null()) {
+                    return Err(unsupported(&format!("{param}.tool_calls"), "Tool calls"));
+                }
+                let content = match &m.content {
+                    Some(Value::String(s)) => s.clone(),
+                    None | Some(Value::Null) if role == "assistant" => String::new(),
+                    Some(Value::Array(parts)) => {
+                        let mut texts = Vec::with_capacity(parts.len());
+                        for (j, p) in parts.iter().enumerate() {
+                            match (
+                                p.get("type").and_then(Value::as_str),
+                                p.get("text").and_then(Value::as_str),
+                            ) {
+                                (Some("text"), Some(t)) => texts.push(t),
+                                _ => {
+                                    return Err(ApiError::invalid_param(
+                                        &format!("{param}.content[{j}]"),
+                                        format!(
+                                            "'{param}.content[{j}]' is not a text part \
+                                             ({{\"type\": \"text\", \"text\": ...}}); only text is supported"
+                                        ),
+                                    ));
+                                }
+                            }
+                        }
+                        texts.join("\n")
+                    }
+                    _ => {
+                        return Err(ApiError::invalid_param(
+                            &format!("{param}.content"),
+                            format!(
+                                "'{param}.content' must be a string or an array of text parts"
+                            ),
+                        ));
+                    }
+                };
+                Ok(Message::new(role, content))
+            })
+            .collect()
+    }
+}
+
+/// OpenAI's `finish_reason`.
+pub fn finish_reason(stop: StopReason) -> &'static str {
+    match stop {
+        StopReason::Eos | StopReason::StopString | StopReason::Cancelled => "stop",
+        StopReason::Length | StopReason::Context => "length",
+    }
+}
+
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Token counts of a generation.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+}
+
+impl Usage {
+    pub fn json(&self) -> Value {
+        json!({
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+        })
+    }
+}
+
+/// What the generation endpoints write: ids, object names and bodies.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    pub chat: bool,
+    pub id: String,
+    pub created: u64,
+    pub model: String,
+}
+
+impl Reply {
+    /// The whole (non-streamed) answer.
+    pub fn full(&self, text: &str, finish: &str, usage: Usage) -> Value {
+        let choice = if self.chat {
+            json!({
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": null,
+                "finish_reason": finish,
+            })
+        } else {
+            json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish})
+        };
+        json!({
+            "id": self.id,
+            "object": if self.chat { "chat.completion" } else { "text_completion" },
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": null,
+            "choices": [choice],
+            "usage": usage.json(),
+        })
+    }
+
+    /// One streamed chunk carrying `text` (and the `finish_reason` on the last).
+    pub fn chunk(&self, text: Option<&str>, first: bool, finish: Option<&str>) -> Value {
+        let choice = if self.chat {
+            let delta = match (first, text) {
+                (true, _) => json!({"role": "assistant", "content": ""}),
+                (false, Some(t)) => json!({"content": t}),
+                (false, None) => json!({}),
+            };
+            json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish})
+        } else {
+            json!({"index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish})
+        };
+        json!({
+            "id": self.id,
+            "object": if self.chat { "chat.completion.chunk" } else { "text_completion" },
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": null,
+            "choices": [choice],
+        })
+    }
+
+    /// The closing chunk of `stream_options.include_usage`: no choices, the usage.
+    pub fn usage_chunk(&self, usage: Usage) -> Value {
+        json!({
+            "id": self.id,
+            "object": if self.chat { "chat.completion.chunk" } else { "text_completion" },
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": null,
+            "choices": [],
+            "usage": usage.json(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_errors_name_the_field() {
+        let e = parse::<GenRequest>(br#"{"temperature": "hot"}"#).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("temperature"));
+        assert_eq!(e.status.as_u16(), 400);
+        let e = parse::<GenRequest>(br#"{"messages": [{"role": 5}]}"#).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages[0].role"));
+        let e = parse::<GenRequest>(b"{\"model\": \"\xff\"}").unwrap_err();
+        assert!(e.message.contains("could not parse"), "{}", e.message);
+        assert!(parse::<GenRequest>(b"").is_err());
+        assert!(parse::<GenRequest>(b"[1]").is_err());
+        assert!(parse::<GenRequest>(b"{} {}").is_err());
+        assert!(parse::<GenRequest>(b"{\"temperature\": NaN}").is_err());
+        let e = parse::<EmbeddingsRequest>(b"{}").unwrap_err();
+        assert!(e.message.contains("input"), "{}", e.message);
+    }
+
+    #[test]
+    fn inputs_take_every_openai_form() {
+        let f = |v: Value| inputs("input", &v, 100, 8);
+        assert_eq!(f(json!("a")).unwrap(), vec![Input::Text("a".into())]);
+        assert_eq!(f(json!(["a", "b"])).unwrap().len(), 2);
+        assert_eq!(f(json!([1, 2])).unwrap(), vec![Input::Tokens(vec![1, 2])]);
+        assert_eq!(f(json!([[1], [2, 3]])).unwrap().len(), 2);
+        for bad in [
+            json!(""),
+            json!([]),
+            json!(["a", ""]),
+            json!([100]),
+            json!([-1]),
+            json!([1.5]),
+            json!(["a", 1]),
+            json!([[1], "a"]),
+            json!({"a": 1}),
+            json!(null),
+            json!(vec!["a"; 9]),
+        ] {
+            assert_eq!(f(bad.clone()).unwrap_err().status.as_u16(), 400, "{bad}");
+        }
+    }
+
+    #[test]
+    fn sampling_values_are_checked() {
+        let p = |body: &str| parse::<GenRequest>(body.as_bytes()).and_then(|r| r.params(100));
+        assert!(p(r#"{"temperature": 0.5, "top_p": 0.9, "top_k": 5, "seed": 3}"#).is_ok());
+        for bad in [
+            r#"{"temperature": -1}"#,
+            r#"{"temperature": 1e300}"#,
+            r#"{"top_p": 1.5}"#,
+            r#"{"top_k": -3}"#,
+            r#"{"max_tokens": 101}"#,
+            r#"{"max_tokens": -2}"#,
+            r#"{"max_tokens": 1e12}"#,
+            r#"{"n": 2}"#,
+            r#"{"logprobs": true}"#,
+            r#"{"stop": 5}"#,
+            r#"{"presence_penalty": -3}"#,
+            r#"{"repeat_penalty": 0}"#,
+        ] {
+            assert!(p(bad).is_err(), "{bad}");
+        }
+        let ok = p(r#"{"max_tokens": -1, "stop": ["a", ""], "seed": 7}"#).unwrap();
+        assert_eq!(ok.max_tokens, None);
+        assert_eq!(ok.stop, vec!["a".to_string()]);
+        assert_eq!(ok.sampler.seed, 7);
+    }
+
+    #[test]
+    fn messages_are_checked() {
+        let m = |body: &str| parse::<GenRequest>(body.as_bytes()).and_then(|r| r.chat_messages());
+        let ok = m(
+            r#"{"messages": [{"role": "developer", "content": "be brief"},
+                {"role": "user", "content": [{"type": "text", "text": "hi"}]}]}"#,
+        )
+        .unwrap();
+        assert_eq!(ok[0], Message::new("system", "be brief"));
+        assert_eq!(ok[1], Message::new("user", "hi"));
+        for bad in [
+            r#"{}"#,
+            r#"{"messages": []}"#,
+            r#"{"messages": [{"role": "wizard", "content": "x"}]}"#,
+            r#"{"messages": [{"role": "user"}]}"#,
+            r#"{"messages": [{"role": "user", "content": 3}]}"#,
+            r#"{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}"#,
+            r#"{"messages": [{"role": "tool", "content": "x"}]}"#,
+        ] {
+            assert!(m(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn matryoshka_renormalises() {
+        let v = truncate_normalise(vec![0.6, 0.8, 0.0, 0.0], Some(1));
+        assert_eq!(v, vec![1.0]);
+        assert_eq!(dimensions(Some(0), 768).unwrap_err().status.as_u16(), 400);
+        assert_eq!(dimensions(Some(769), 768).unwrap_err().status.as_u16(), 400);
+        assert_eq!(dimensions(Some(256), 768).unwrap(), Some(256));
+    }
+}

@@ -1,0 +1,417 @@
+//! `lamina serve`: an OpenAI-compatible HTTP server (axum on tokio) over
+//! lamina-model's embedders and generation sessions.
+//!
+//! * [`Server::load`] opens the models, starts the inference threads
+//!   ([`workers`]) and builds the shared [`AppState`].
+//! * [`Server::serve`] answers HTTP on a listener until a shutdown signal;
+//!   [`spawn`] runs a server on a background thread (tests, tools).
+//! * [`routes`] holds the handlers, [`api`] the request and response bodies,
+//!   [`metrics`] the Prometheus counters, [`sched`] the queues and the fair
+//!   turnstile every forward pass goes through.
+//!
+//! Where OpenAI's API and the issue are silent the server does what
+//! llama.cpp's `llama-server` does: unset sampling fields take llama.cpp's
+//! defaults, `max_tokens` defaults to "until the end of generation or the
+//! context", and when exactly one model of the kind a request needs is
+//! loaded its `model` field is not checked.
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod error;
+pub mod metrics;
+pub mod routes;
+pub mod sched;
+pub mod workers;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use lamina_model::chat::ChatTemplate;
+use lamina_model::embed::Embedder;
+use lamina_model::tokenizer::Tokenizer;
+use lamina_model::{KvType, Model};
+
+pub use error::{ApiError, ServeError};
+use metrics::Metrics;
+use sched::{JobQueue, Turnstile};
+use workers::{Batching, EmbedJob, GenJob, GenModel};
+
+/// The default generation context: the training context, at most this.
+pub const DEFAULT_CTX: usize = 4096;
+
+/// How the server runs and what it refuses.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    /// Model files; each serves embeddings or generation by its architecture.
+    pub models: Vec<PathBuf>,
+    /// Required as `Authorization: Bearer KEY` on every `/v1` route and `/metrics`.
+    pub api_key: Option<String>,
+    /// Generation context per slot (default: the training context, at most 4096).
+    pub ctx: Option<usize>,
+    /// Generation slots per generative model (concurrent generations).
+    pub parallel: usize,
+    /// Most texts one embedding batch takes.
+    pub max_batch: usize,
+    /// How long the embedding worker waits for more requests to batch.
+    pub batch_window: Duration,
+    /// Tokens per embedding forward pass (texts are packed whole).
+    pub batch_tokens: usize,
+    /// Prompt tokens per generation forward pass.
+    pub prompt_batch: usize,
+    /// Requests that may wait per model queue; beyond: 503 with `Retry-After`.
+    pub max_queue: usize,
+    /// Largest request body, in bytes (beyond: 413).
+    pub max_body: usize,
+    /// Most inputs in one embeddings request.
+    pub max_inputs: usize,
+    pub kv: KvType,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            models: Vec::new(),
+            api_key: None,
+            ctx: None,
+            parallel: 4,
+            max_batch: 64,
+            batch_window: Duration::from_millis(3),
+            batch_tokens: 512,
+            prompt_batch: lamina_model::generate::DEFAULT_BATCH,
+            max_queue: 128,
+            max_body: 8 << 20,
+            max_inputs: 2048,
+            kv: KvType::F16,
+        }
+    }
+}
+
+/// A loaded embedding model as the handlers see it (the worker owns the
+/// `Embedder`; the handlers tokenize with their own copy of the tokenizer).
+pub struct EmbedModel {
+    pub name: String,
+    pub tok: Tokenizer,
+    pub n_ctx: usize,
+    pub dim: usize,
+    pub n_vocab: usize,
+    pub queue: Arc<JobQueue<EmbedJob>>,
+}
+
+/// A loaded generative model as the handlers see it.
+pub struct GenHandle {
+    pub name: String,
+    pub model: Arc<GenModel>,
+    pub queue: Arc<JobQueue<GenJob>>,
+}
+
+/// What every handler shares.
+pub struct AppState {
+    pub cfg: ServeConfig,
+    pub embedders: Vec<EmbedModel>,
+    pub generators: Vec<GenHandle>,
+    pub metrics: Arc<Metrics>,
+    pub turnstile: Arc<Turnstile>,
+    pub started: u64,
+    pub next_id: AtomicU64,
+}
+
+impl AppState {
+    /// Every loaded model's name, in load order.
+    pub fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.embedders.iter().map(|e| e.name.clone()).collect();
+        v.extend(self.generators.iter().map(|g| g.name.clone()));
+        v
+    }
+
+    fn pick<'a, T>(
+        &self,
+        models: &'a [T],
+        name_of: impl Fn(&T) -> &str,
+        requested: Option<&str>,
+        what: &str,
+    ) -> Result<&'a T, ApiError> {
+        if let Some(name) = requested
+            && let Some(m) = models.iter().find(|m| name_of(m) == name)
+        {
+            return Ok(m);
+        }
+        match models {
+            [] => Err(ApiError::invalid(format!(
+                "No loaded model serves {what}; loaded: {}",
+                self.names().join(", ")
+            ))
+            .param("model")
+            .code("model_not_supported")),
+            // One model of the kind: its name is not checked (as llama-server).
+            [one] => Ok(one),
+            _ => match requested {
+                Some(name) => Err(ApiError::model_not_found(name, &self.names())),
+                None => Err(ApiError::invalid_param(
+                    "model",
+                    format!(
+                        "'model' is required when several models serve {what}: one of {}",
+                        models.iter().map(&name_of).collect::<Vec<_>>().join(", ")
+                    ),
+                )),
+            },
+        }
+    }
+
+    pub fn embedder(&self, requested: Option<&str>) -> Result<&EmbedModel, ApiError> {
+        self.pick(&self.embedders, |m| &m.name, requested, "embeddings")
+    }
+
+    pub fn generator(&self, requested: Option<&str>) -> Result<&GenHandle, ApiError> {
+        self.pick(&self.generators, |m| &m.name, requested, "text generation")
+    }
+}
+
+/// A loaded server: the shared state and the inference threads.
+pub struct Server {
+    state: Arc<AppState>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// A model's name in requests: its file name without `.gguf`.
+pub fn model_name(path: &std::path::Path) -> String {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    name.strip_suffix(".gguf")
+        .map(str::to_string)
+        .unwrap_or(name)
+}
+
+impl Server {
+    /// Opens every model and starts its inference threads.
+    pub fn load(cfg: ServeConfig) -> Result<Server, ServeError> {
+        if cfg.models.is_empty() {
+            return Err(ServeError::Config("no model to serve (-m MODEL)".into()));
+        }
+        if cfg.parallel == 0 || cfg.max_batch == 0 || cfg.max_queue == 0 || cfg.max_inputs == 0 {
+            return Err(ServeError::Config(
+                "--parallel, --max-batch, --max-queue and --max-inputs must be at least 1".into(),
+            ));
+        }
+        if cfg.ctx == Some(0) {
+            return Err(ServeError::Config("--ctx must be at least 1".into()));
+        }
+        let metrics = Arc::new(Metrics::default());
+        let turnstile = Arc::new(Turnstile::default());
+        let mut embedders = Vec::new();
+        let mut generators = Vec::new();
+        let mut threads = Vec::new();
+        let mut names: Vec<String> = Vec::new();
+        for path in &cfg.models {
+            let name = model_name(path);
+            if names.contains(&name) {
+                return Err(ServeError::Config(format!(
+                    "two models are named {name:?}: model names (file names without .gguf) must differ"
+                )));
+            }
+            names.push(name.clone());
+            let model_err = |source| ServeError::Model {
+                path: path.display().to_string(),
+                source,
+            };
+            let model = Model::open(path).map_err(model_err)?;
+            if model.has_lm_head() {
+                let tok = Tokenizer::from_gguf(&model.file).map_err(|e| model_err(e.into()))?;
+                let template =
+                    ChatTemplate::for_model(&model.file, model.hp.arch, &tok).map_err(model_err)?;
+                let n_ctx = cfg
+                    .ctx
+                    .unwrap_or_else(|| model.hp.n_ctx_train.min(DEFAULT_CTX));
+                if n_ctx > model.hp.n_ctx_train {
+                    tracing::warn!(
+                        "{name}: --ctx {n_ctx} exceeds the training context of {}",
+                        model.hp.n_ctx_train
+                    );
+                }
+                tracing::info!(
+                    "{name}: {} generation, context {n_ctx}, {} slots, chat template {:?}",
+                    model.hp.arch_name,
+                    cfg.parallel,
+                    template.source
+                );
+                let gm = Arc::new(GenModel {
+                    model,
+                    tok,
+                    template,
+                    n_ctx,
+                    kv: cfg.kv,
+                    batch: cfg.prompt_batch.max(1),
+                });
+                let queue = Arc::new(JobQueue::default());
+                for i in 0..cfg.parallel {
+                    let (gm, q, t, m) = (
+                        gm.clone(),
+                        queue.clone(),
+                        turnstile.clone(),
+                        metrics.clone(),
+                    );
+                    threads.push(
+                        std::thread::Builder::new()
+                            .name(format!("gen-{name}-{i}"))
+                            .spawn(move || workers::gen_slot(gm, q, t, m))?,
+                    );
+                }
+                generators.push(GenHandle {
+                    name,
+                    model: gm,
+                    queue,
+                });
+            } else {
+                let embedder = Embedder::new(model).map_err(model_err)?;
+                let tok =
+                    Tokenizer::from_gguf(&embedder.model.file).map_err(|e| model_err(e.into()))?;
+                let hp = &embedder.model.hp;
+                let n_ctx = hp.n_ctx_train;
+                tracing::info!(
+                    "{name}: {} embeddings, {} dimensions, context {n_ctx}",
+                    hp.arch_name,
+                    hp.n_embd
+                );
+                let queue = Arc::new(JobQueue::default());
+                embedders.push(EmbedModel {
+                    name: name.clone(),
+                    n_ctx,
+                    dim: embedder.dim(),
+                    n_vocab: hp.n_vocab.min(tok.n_vocab()),
+                    tok,
+                    queue: queue.clone(),
+                });
+                let batching = Batching {
+                    max_batch: cfg.max_batch,
+                    window: cfg.batch_window,
+                    batch_tokens: cfg.batch_tokens,
+                };
+                let (t, m) = (turnstile.clone(), metrics.clone());
+                threads.push(
+                    std::thread::Builder::new()
+                        .name(format!("embed-{name}"))
+                        .spawn(move || workers::embed_worker(embedder, queue, t, m, batching))?,
+                );
+            }
+        }
+        let state = Arc::new(AppState {
+            cfg,
+            embedders,
+            generators,
+            metrics,
+            turnstile,
+            started: api::unix_now(),
+            next_id: AtomicU64::new(0),
+        });
+        Ok(Server { state, threads })
+    }
+
+    pub fn state(&self) -> &Arc<AppState> {
+        &self.state
+    }
+
+    /// The HTTP routes.
+    pub fn router(&self) -> axum::Router {
+        routes::router(self.state.clone())
+    }
+
+    /// Answers HTTP on `listener` until `shutdown` completes, then stops the
+    /// inference threads (after the requests in flight are answered).
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let app = self.router();
+        axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+        // Dropping `self` stops the inference threads.
+    }
+}
+
+impl Drop for Server {
+    /// Closes the queues and waits for the inference threads to finish.
+    fn drop(&mut self) {
+        for e in &self.state.embedders {
+            e.queue.close();
+        }
+        for g in &self.state.generators {
+            g.queue.close();
+        }
+        for t in std::mem::take(&mut self.threads) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A server running on a background thread with its own tokio runtime.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub state: Arc<AppState>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl Running {
+    /// `http://ADDR`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops the server and waits for it.
+    pub fn stop(mut self) -> std::io::Result<()> {
+        self.stop_inner()
+    }
+
+    fn stop_inner(&mut self) -> std::io::Result<()> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        match self.thread.take() {
+            Some(t) => t
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("the server thread panicked"))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.stop_inner();
+    }
+}
+
+/// Loads `cfg`'s models and serves them on `addr` (port 0: any free port)
+/// from a background thread.
+pub fn spawn(cfg: ServeConfig, addr: SocketAddr) -> Result<Running, ServeError> {
+    let server = Server::load(cfg)?;
+    let state = server.state.clone();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .thread_name("lamina-http")
+        .build()?;
+    let listener = rt.block_on(tokio::net::TcpListener::bind(addr))?;
+    let addr = listener.local_addr()?;
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name("lamina-serve".into())
+        .spawn(move || {
+            rt.block_on(server.serve(listener, async move {
+                let _ = rx.await;
+            }))
+        })?;
+    Ok(Running {
+        addr,
+        state,
+        shutdown: Some(tx),
+        thread: Some(thread),
+    })
+}

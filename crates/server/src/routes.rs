@@ -1,0 +1,545 @@
+//! The HTTP routes and their middleware (request metrics, API key).
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use lamina_model::generate::GenerateOptions;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::api::{self, EmbeddingsRequest, GenRequest, Input, Reply, Usage};
+use crate::error::ApiError;
+use crate::metrics::Route;
+use crate::workers::{EmbedJob, GenEvent, GenJob};
+use crate::{AppState, GenHandle};
+
+type St = State<Arc<AppState>>;
+
+pub fn router(state: Arc<AppState>) -> Router {
+    let protected = Router::new()
+        .route("/v1/embeddings", post(embeddings))
+        .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/models", get(list_models))
+        .route("/v1/models/{id}", get(get_model))
+        .route("/metrics", get(metrics))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth));
+    Router::new()
+        .route("/health", get(health))
+        .merge(protected)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(state.cfg.max_body))
+        .layer(middleware::from_fn_with_state(state.clone(), track))
+        .with_state(state)
+}
+
+fn respond(r: Result<Response, ApiError>) -> Response {
+    r.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// Decrements the in-flight gauge however the request ends (a dropped
+/// future included).
+struct InFlight<'a>(&'a AppState);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.metrics.in_flight.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Counts every request by route and status, and times it to its response head.
+async fn track(State(s): St, req: Request, next: Next) -> Response {
+    let route = Route::from_path(req.uri().path());
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let t0 = Instant::now();
+    s.metrics.in_flight.fetch_add(1, Relaxed);
+    let _guard = InFlight(&s);
+    let resp = next.run(req).await;
+    let status = resp.status().as_u16();
+    s.metrics.record(route, status, t0.elapsed());
+    tracing::debug!(
+        "{method} {path} -> {status} in {:.1} ms",
+        t0.elapsed().as_secs_f64() * 1e3
+    );
+    resp
+}
+
+/// Bytewise equality whose time depends only on the lengths.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = u64::from(a.len() != b.len());
+    for (i, &y) in b.iter().enumerate() {
+        let x = a.get(i).copied().unwrap_or(0);
+        diff |= u64::from(std::hint::black_box(x ^ y));
+    }
+    std::hint::black_box(diff) == 0
+}
+
+/// With an API key set, requires `Authorization: Bearer KEY`.
+async fn auth(State(s): St, req: Request, next: Next) -> Response {
+    if let Some(key) = &s.cfg.api_key {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim);
+        let token = given.and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        });
+        match token {
+            None => {
+                return ApiError::unauthorized(
+                    "Missing API key: send it as the header `Authorization: Bearer KEY`",
+                )
+                .into_response();
+            }
+            Some(t) if !constant_time_eq(t.trim().as_bytes(), key.as_bytes()) => {
+                return ApiError::unauthorized("Incorrect API key provided").into_response();
+            }
+            Some(_) => {}
+        }
+    }
+    next.run(req).await
+}
+
+async fn health() -> Response {
+    axum::Json(json!({"status": "ok"})).into_response()
+}
+
+async fn metrics(State(s): St) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        s.metrics.render(),
+    )
+        .into_response()
+}
+
+fn model_objects(s: &AppState) -> Vec<Value> {
+    let mut v = Vec::new();
+    for e in &s.embedders {
+        v.push(json!({
+            "id": e.name, "object": "model", "created": s.started, "owned_by": "lamina",
+            "meta": {"kind": "embedding", "n_ctx": e.n_ctx, "n_embd": e.dim, "n_vocab": e.n_vocab},
+        }));
+    }
+    for g in &s.generators {
+        let hp = &g.model.model.hp;
+        v.push(json!({
+            "id": g.name, "object": "model", "created": s.started, "owned_by": "lamina",
+            "meta": {"kind": "generation", "architecture": hp.arch_name, "n_ctx": g.model.n_ctx,
+                     "n_ctx_train": hp.n_ctx_train, "n_vocab": hp.n_vocab},
+        }));
+    }
+    v
+}
+
+async fn list_models(State(s): St) -> Response {
+    axum::Json(json!({"object": "list", "data": model_objects(&s)})).into_response()
+}
+
+async fn get_model(State(s): St, Path(id): Path<String>) -> Response {
+    match model_objects(&s)
+        .into_iter()
+        .find(|m| m["id"] == id.as_str())
+    {
+        Some(m) => axum::Json(m).into_response(),
+        None => ApiError::model_not_found(&id, &s.names()).into_response(),
+    }
+}
+
+async fn not_found(req: Request) -> Response {
+    ApiError::not_found(format!(
+        "Unknown route {} {}: this server answers POST /v1/embeddings, /v1/completions, \
+         /v1/chat/completions and GET /v1/models, /health, /metrics",
+        req.method(),
+        req.uri().path()
+    ))
+    .code("unknown_url")
+    .into_response()
+}
+
+async fn method_not_allowed(req: Request) -> Response {
+    ApiError::status(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("{} is not allowed on {}", req.method(), req.uri().path()),
+    )
+    .code("method_not_allowed")
+    .into_response()
+}
+
+fn body_error(s: &AppState, r: BytesRejection) -> ApiError {
+    let status = r.status();
+    if status == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::status(
+            status,
+            format!(
+                "The request body is larger than the limit of {} bytes",
+                s.cfg.max_body
+            ),
+        )
+        .code("request_too_large")
+    } else {
+        ApiError::status(
+            status,
+            format!("The request body could not be read: {}", r.body_text()),
+        )
+    }
+}
+
+fn join_error(e: tokio::task::JoinError) -> ApiError {
+    tracing::error!("a tokenizing task failed: {e}");
+    ApiError::internal("tokenizing the input failed inside the server")
+}
+
+// ---------------------------------------------------------------------------
+// Embeddings
+
+async fn embeddings(State(s): St, body: Result<Bytes, BytesRejection>) -> Response {
+    respond(embeddings_inner(s, body).await)
+}
+
+async fn embeddings_inner(
+    s: Arc<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body.map_err(|r| body_error(&s, r))?;
+    let req: EmbeddingsRequest = api::parse(&body)?;
+    let em = s.embedder(req.model.as_deref())?;
+    let index = s
+        .embedders
+        .iter()
+        .position(|e| std::ptr::eq(e, em))
+        .unwrap_or(0);
+    let enc = api::encoding(req.encoding_format.as_deref())?;
+    let dim = api::dimensions(req.dimensions, em.dim)?;
+    let inputs = api::inputs("input", &req.input, em.n_vocab, s.cfg.max_inputs)?;
+    let many = matches!(req.input, Value::Array(ref a) if !a.first().is_some_and(Value::is_number));
+    let st = s.clone();
+    let seqs = tokio::task::spawn_blocking(move || {
+        let em = &st.embedders[index];
+        inputs
+            .into_iter()
+            .enumerate()
+            .map(|(i, input)| {
+                let ids = match input {
+                    Input::Text(t) => em.tok.encode(&t, true, true),
+                    Input::Tokens(t) => t,
+                };
+                let param = if many {
+                    format!("input[{i}]")
+                } else {
+                    "input".to_string()
+                };
+                if ids.is_empty() {
+                    return Err(ApiError::invalid_param(
+                        &param,
+                        format!("'{param}' gives no tokens"),
+                    ));
+                }
+                if ids.len() > em.n_ctx {
+                    return Err(ApiError::invalid_param(
+                        &param,
+                        format!(
+                            "'{param}' has {} tokens, more than the model's context of {} tokens",
+                            ids.len(),
+                            em.n_ctx
+                        ),
+                    )
+                    .code("context_length_exceeded"));
+                }
+                Ok(ids)
+            })
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await
+    .map_err(join_error)??;
+    let n_tokens: usize = seqs.iter().map(Vec::len).sum();
+
+    let (tx, rx) = oneshot::channel();
+    let job = EmbedJob {
+        seqs,
+        reply: tx,
+        enqueued: Instant::now(),
+    };
+    s.metrics.embed_queue.fetch_add(1, Relaxed);
+    if em.queue.push(job, s.cfg.max_queue).is_err() {
+        s.metrics.embed_queue.fetch_sub(1, Relaxed);
+        s.metrics.rejected.fetch_add(1, Relaxed);
+        return Err(ApiError::busy(format!(
+            "The server is busy: {} embedding requests are already waiting; retry later",
+            s.cfg.max_queue
+        )));
+    }
+    let vectors = rx
+        .await
+        .map_err(|_| ApiError::internal("the embedding worker stopped"))??;
+
+    let data = vectors
+        .into_iter()
+        .enumerate()
+        .map(|(index, v)| api::EmbeddingData {
+            object: "embedding",
+            index,
+            embedding: api::EmbeddingValue::new(api::truncate_normalise(v, dim), enc),
+        })
+        .collect();
+    let resp = api::EmbeddingsResponse {
+        object: "list",
+        data,
+        model: em.name.clone(),
+        usage: api::EmbeddingUsage {
+            prompt_tokens: n_tokens,
+            total_tokens: n_tokens,
+        },
+    };
+    Ok(axum::Json(resp).into_response())
+}
+
+// ---------------------------------------------------------------------------
+// Completions and chat completions
+
+async fn completions(State(s): St, body: Result<Bytes, BytesRejection>) -> Response {
+    respond(generation(s, body, false).await)
+}
+
+async fn chat_completions(State(s): St, body: Result<Bytes, BytesRejection>) -> Response {
+    respond(generation(s, body, true).await)
+}
+
+/// The prompt's token ids: the chat rendered with the model's template, or
+/// the completion prompt (text or ids).
+async fn prompt_ids(g: &GenHandle, req: &GenRequest, chat: bool) -> Result<Vec<u32>, ApiError> {
+    let gm = g.model.clone();
+    if chat {
+        let msgs = req.chat_messages()?;
+        return tokio::task::spawn_blocking(move || {
+            let text = gm
+                .template
+                .render(&msgs, true)
+                .map_err(|e| ApiError::invalid_param("messages", e.to_string()))?;
+            Ok(gm.tok.encode(&text, true, true))
+        })
+        .await
+        .map_err(join_error)?;
+    }
+    let Some(prompt) = &req.prompt else {
+        return Err(ApiError::invalid_param(
+            "prompt",
+            "'prompt' is required: a string or an array of token ids",
+        ));
+    };
+    let mut inputs = api::inputs("prompt", prompt, gm.tok.n_vocab(), 1)?;
+    match inputs.pop() {
+        Some(Input::Tokens(t)) => Ok(t),
+        Some(Input::Text(t)) => tokio::task::spawn_blocking(move || gm.tok.encode(&t, true, true))
+            .await
+            .map_err(join_error),
+        None => Err(ApiError::invalid_param("prompt", "'prompt' is empty")),
+    }
+}
+
+async fn generation(
+    s: Arc<AppState>,
+    body: Result<Bytes, BytesRejection>,
+    chat: bool,
+) -> Result<Response, ApiError> {
+    let body = body.map_err(|r| body_error(&s, r))?;
+    let req: GenRequest = api::parse(&body)?;
+    let g = s.generator(req.model.as_deref())?;
+    let n_ctx = g.model.n_ctx;
+    let params = req.params(n_ctx)?;
+    let prompt = prompt_ids(g, &req, chat).await?;
+    let field = if chat { "messages" } else { "prompt" };
+    if prompt.is_empty() {
+        return Err(ApiError::invalid_param(
+            field,
+            format!("'{field}' gives no tokens"),
+        ));
+    }
+    if prompt.len() >= n_ctx {
+        return Err(ApiError::invalid_param(
+            field,
+            format!(
+                "The prompt has {} tokens, which leaves no room in the context of {n_ctx} tokens \
+                 (the server's --ctx)",
+                prompt.len()
+            ),
+        )
+        .code("context_length_exceeded"));
+    }
+    let (tx, rx) = mpsc::unbounded_channel();
+    let job = GenJob {
+        prompt,
+        sampler: params.sampler.clone(),
+        opts: GenerateOptions {
+            max_tokens: params.max_tokens,
+            stop: params.stop.clone(),
+            ignore_eos: params.ignore_eos,
+        },
+        tx,
+        enqueued: Instant::now(),
+    };
+    s.metrics.gen_queue.fetch_add(1, Relaxed);
+    if g.queue.push(job, s.cfg.max_queue).is_err() {
+        s.metrics.gen_queue.fetch_sub(1, Relaxed);
+        s.metrics.rejected.fetch_add(1, Relaxed);
+        return Err(ApiError::busy(format!(
+            "The server is busy: {} generation requests are already waiting; retry later",
+            s.cfg.max_queue
+        )));
+    }
+    let n = s.next_id.fetch_add(1, Relaxed);
+    let reply = Reply {
+        chat,
+        id: format!(
+            "{}-{:x}{n:06x}",
+            if chat { "chatcmpl" } else { "cmpl" },
+            s.started
+        ),
+        created: api::unix_now(),
+        model: g.name.clone(),
+    };
+    if params.stream {
+        let stream = sse_stream(rx, reply, params.include_usage);
+        return Ok(Sse::new(stream)
+            .keep_alive(KeepAlive::default())
+            .into_response());
+    }
+    // Not streamed: gather the text. If the client goes away, this future
+    // is dropped with `rx`, and the slot stops at its next token.
+    let mut rx = rx;
+    let mut text = String::new();
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            GenEvent::Text(t) => text.push_str(&t),
+            GenEvent::Done {
+                stop,
+                prompt_tokens,
+                completion_tokens,
+            } => {
+                let usage = Usage {
+                    prompt_tokens,
+                    completion_tokens,
+                };
+                let body = reply.full(&text, api::finish_reason(stop), usage);
+                return Ok(axum::Json(body).into_response());
+            }
+            GenEvent::Error(e) => return Err(e),
+        }
+    }
+    Err(ApiError::internal("the generation worker stopped"))
+}
+
+struct SseState {
+    rx: mpsc::UnboundedReceiver<GenEvent>,
+    reply: Reply,
+    include_usage: bool,
+    pending: VecDeque<Event>,
+    started: bool,
+    finished: bool,
+}
+
+fn data(v: &Value) -> Event {
+    Event::default().data(v.to_string())
+}
+
+/// The OpenAI chunk stream: a role chunk (chat), a chunk per piece of text,
+/// a chunk with `finish_reason`, the usage chunk if asked for, `[DONE]`.
+/// An error ends the stream with `data: {"error": …}`.
+fn sse_stream(
+    rx: mpsc::UnboundedReceiver<GenEvent>,
+    reply: Reply,
+    include_usage: bool,
+) -> impl futures_util::Stream<Item = Result<Event, Infallible>> + Send {
+    let st = SseState {
+        rx,
+        reply,
+        include_usage,
+        pending: VecDeque::new(),
+        started: false,
+        finished: false,
+    };
+    futures_util::stream::unfold(st, |mut st| async move {
+        loop {
+            if let Some(ev) = st.pending.pop_front() {
+                return Some((Ok(ev), st));
+            }
+            if st.finished {
+                return None;
+            }
+            if !st.started {
+                st.started = true;
+                if st.reply.chat {
+                    st.pending
+                        .push_back(data(&st.reply.chunk(None, true, None)));
+                }
+                continue;
+            }
+            match st.rx.recv().await {
+                Some(GenEvent::Text(t)) => {
+                    st.pending
+                        .push_back(data(&st.reply.chunk(Some(&t), false, None)));
+                }
+                Some(GenEvent::Done {
+                    stop,
+                    prompt_tokens,
+                    completion_tokens,
+                }) => {
+                    let finish = api::finish_reason(stop);
+                    st.pending
+                        .push_back(data(&st.reply.chunk(None, false, Some(finish))));
+                    if st.include_usage {
+                        let usage = Usage {
+                            prompt_tokens,
+                            completion_tokens,
+                        };
+                        st.pending.push_back(data(&st.reply.usage_chunk(usage)));
+                    }
+                    st.pending.push_back(Event::default().data("[DONE]"));
+                    st.finished = true;
+                }
+                Some(GenEvent::Error(e)) => {
+                    st.pending.push_back(data(&e.body()));
+                    st.finished = true;
+                }
+                None => {
+                    st.pending.push_back(data(
+                        &ApiError::internal("the generation worker stopped").body(),
+                    ));
+                    st.finished = true;
+                }
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::constant_time_eq;
+
+    #[test]
+    fn key_comparison() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secreT", b"secret"));
+        assert!(!constant_time_eq(b"secret!", b"secret"));
+        assert!(!constant_time_eq(b"secre", b"secret"));
+        assert!(!constant_time_eq(b"", b"secret"));
+    }
+}

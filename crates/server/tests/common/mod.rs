@@ -1,0 +1,212 @@
+//! Shared by the server tests: finding the models, starting a server on an
+//! ephemeral loopback port, and a small HTTP/1.1 client over `TcpStream`
+//! (raw, so tests can send malformed requests and drop connections).
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use lamina_server::{Running, ServeConfig};
+use serde_json::Value;
+
+/// The first of `names` present in the models directory, or `None` after
+/// saying on stderr why the test is skipped.
+pub fn model(names: &[&str]) -> Option<PathBuf> {
+    let dir = lamina_gguf::models_dir();
+    for n in names {
+        let p = dir.join(n);
+        if p.is_file() {
+            return Some(p);
+        }
+    }
+    eprintln!(
+        "SKIPPED: none of {names:?} is in {} (`cargo xtask models` fetches them; LAMINA_MODELS overrides the folder)",
+        dir.display()
+    );
+    None
+}
+
+pub fn embed_model() -> Option<PathBuf> {
+    model(&["embeddinggemma-300m-Q8_0.gguf"])
+}
+
+pub fn gen_model() -> Option<PathBuf> {
+    model(&[
+        "SmolLM2-135M-Instruct-Q8_0.gguf",
+        "SmolLM2-135M-Instruct-Q4_1.gguf",
+    ])
+}
+
+pub fn start(cfg: ServeConfig) -> Running {
+    lamina_server::spawn(cfg, "127.0.0.1:0".parse().unwrap()).expect("the server starts")
+}
+
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "status {}: body is not JSON ({e}): {}",
+                self.status,
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The `data:` payloads of a server-sent-events body.
+    pub fn sse(&self) -> Vec<String> {
+        self.text()
+            .split("\n\n")
+            .flat_map(|ev| ev.lines())
+            .filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")))
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Asserts an OpenAI error body with this status.
+    pub fn assert_error(&self, status: u16, what: &str) -> Value {
+        assert_eq!(self.status, status, "{what}: {}", self.text());
+        let v = self.json();
+        let e = &v["error"];
+        assert!(
+            e["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{what}: {v}"
+        );
+        assert!(e["type"].is_string(), "{what}: {v}");
+        assert!(
+            e.get("param").is_some() && e.get("code").is_some(),
+            "{what}: {v}"
+        );
+        v
+    }
+}
+
+/// Decodes a `Transfer-Encoding: chunked` body.
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(eol) = b.windows(2).position(|w| w == b"\r\n") else {
+            return out;
+        };
+        let size_line = std::str::from_utf8(&b[..eol]).unwrap_or("0");
+        let size = usize::from_str_radix(size_line.split(';').next().unwrap_or("0").trim(), 16)
+            .unwrap_or(0);
+        b = &b[eol + 2..];
+        if size == 0 || b.len() < size {
+            out.extend_from_slice(&b[..size.min(b.len())]);
+            return out;
+        }
+        out.extend_from_slice(&b[..size]);
+        b = &b[(size + 2).min(b.len())..];
+    }
+}
+
+/// Parses a whole response read until the server closed the connection.
+pub fn parse_response(raw: &[u8]) -> Resp {
+    let head_end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no response head in {:?}", String::from_utf8_lossy(raw)));
+    let head = String::from_utf8_lossy(&raw[..head_end]).into_owned();
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .expect("a status line");
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    let body = &raw[head_end + 4..];
+    let chunked = headers.iter().any(|(k, v)| {
+        k.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked")
+    });
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_vec()
+    };
+    Resp {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// Sends raw bytes and reads the whole answer (the request should ask for
+/// `Connection: close`).
+pub fn raw(addr: SocketAddr, bytes: &[u8]) -> Resp {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(300))).unwrap();
+    s.write_all(bytes).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    parse_response(&out)
+}
+
+/// The bytes of a request with `Connection: close`.
+pub fn request_bytes(method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    let mut bytes = req.into_bytes();
+    bytes.extend_from_slice(body);
+    bytes
+}
+
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Resp {
+    raw(addr, &request_bytes(method, path, headers, body))
+}
+
+pub fn get(addr: SocketAddr, path: &str) -> Resp {
+    request(addr, "GET", path, &[], b"")
+}
+
+pub fn post(addr: SocketAddr, path: &str, body: &Value) -> Resp {
+    request(
+        addr,
+        "POST",
+        path,
+        &[("Content-Type", "application/json")],
+        body.to_string().as_bytes(),
+    )
+}
+
+/// A metric's value from `/metrics` text (the first line starting with `name`).
+pub fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("metric {name} missing in:\n{text}"))
+}

@@ -1,0 +1,113 @@
+"""The official `openai` Python client against a running `lamina serve`.
+
+Run by `cargo xtask test` (see xtask/src/serve.rs), which installs the
+package into a venv under the target directory, starts the server with an
+embedding and a chat model and an API key, and sets:
+
+  LAMINA_URL        http://127.0.0.1:PORT/v1
+  LAMINA_API_KEY    the server's key
+  LAMINA_EMBED      the embedding model's name
+  LAMINA_CHAT       the chat model's name
+"""
+
+import base64
+import math
+import os
+import struct
+import sys
+
+import openai
+from openai import OpenAI
+
+URL = os.environ["LAMINA_URL"]
+KEY = os.environ["LAMINA_API_KEY"]
+EMBED = os.environ["LAMINA_EMBED"]
+CHAT = os.environ["LAMINA_CHAT"]
+
+client = OpenAI(base_url=URL, api_key=KEY, max_retries=0, timeout=300)
+checks = 0
+
+
+def check(cond, what):
+    global checks
+    if not cond:
+        print(f"FAILED: {what}", file=sys.stderr)
+        sys.exit(1)
+    checks += 1
+
+
+def norm(v):
+    return math.sqrt(sum(x * x for x in v))
+
+
+# Models.
+ids = [m.id for m in client.models.list()]
+check(EMBED in ids and CHAT in ids, f"models.list gives both models: {ids}")
+
+# Embeddings: the client asks for base64 by default and decodes it.
+texts = ["The quick brown fox jumps over the lazy dog.", "Paris is the capital of France."]
+r = client.embeddings.create(model=EMBED, input=texts)
+check(len(r.data) == 2, "two embeddings")
+check([d.index for d in r.data] == [0, 1], "indices in order")
+v0 = r.data[0].embedding
+check(len(v0) == 768, f"768 dimensions, got {len(v0)}")
+check(abs(norm(v0) - 1.0) < 1e-4, "unit length")
+check(r.usage.prompt_tokens > 0 and r.usage.total_tokens == r.usage.prompt_tokens, "usage")
+
+f = client.embeddings.create(model=EMBED, input=texts[0], encoding_format="float")
+check(max(abs(a - b) for a, b in zip(f.data[0].embedding, v0)) < 1e-6, "float equals base64")
+
+raw = client.embeddings.with_raw_response.create(model=EMBED, input=texts[0], encoding_format="base64")
+b64 = raw.http_response.json()["data"][0]["embedding"]
+decoded = struct.unpack(f"<{len(base64.b64decode(b64)) // 4}f", base64.b64decode(b64))
+check(max(abs(a - b) for a, b in zip(decoded, v0)) < 1e-6, "base64 is little-endian f32")
+
+m = client.embeddings.create(model=EMBED, input=texts[0], dimensions=256)
+check(len(m.data[0].embedding) == 256, "dimensions=256")
+check(abs(norm(m.data[0].embedding) - 1.0) < 1e-4, "Matryoshka vectors are re-normalised")
+
+# Chat, not streamed.
+messages = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
+c = client.chat.completions.create(model=CHAT, messages=messages, max_tokens=16, temperature=0)
+check(c.object == "chat.completion", "chat object")
+text = c.choices[0].message.content
+check(isinstance(text, str) and len(text) > 0, f"chat text: {text!r}")
+check(c.choices[0].message.role == "assistant", "assistant role")
+check(c.choices[0].finish_reason in ("stop", "length"), "finish_reason")
+check(c.usage.completion_tokens >= 1 and c.usage.prompt_tokens > 0, "chat usage")
+
+# Chat, streamed: the same greedy text.
+stream = client.chat.completions.create(
+    model=CHAT, messages=messages, max_tokens=16, temperature=0, stream=True,
+    stream_options={"include_usage": True},
+)
+pieces, finish, usage = [], None, None
+for chunk in stream:
+    if chunk.usage is not None:
+        usage = chunk.usage
+    for choice in chunk.choices:
+        if choice.delta.content:
+            pieces.append(choice.delta.content)
+        if choice.finish_reason:
+            finish = choice.finish_reason
+check("".join(pieces) == text, f"streamed text {''.join(pieces)!r} == {text!r}")
+check(finish == c.choices[0].finish_reason, "streamed finish_reason")
+check(usage is not None and usage.completion_tokens == c.usage.completion_tokens, "streamed usage")
+
+# Completions.
+t = client.completions.create(model=CHAT, prompt="Once upon a time", max_tokens=8, temperature=0)
+check(t.object == "text_completion" and isinstance(t.choices[0].text, str), "completion")
+
+# Errors arrive as the client's exceptions.
+try:
+    client.chat.completions.create(model=CHAT, messages=messages, temperature=-1)
+    check(False, "temperature -1 is refused")
+except openai.BadRequestError as e:
+    check(e.status_code == 400 and e.body.get("param") == "temperature", f"400 names the param: {e.body}")
+try:
+    OpenAI(base_url=URL, api_key="wrong", max_retries=0).models.list()
+    check(False, "a wrong key is refused")
+except openai.AuthenticationError as e:
+    check(e.status_code == 401, "401")
+
+print(f"openai {openai.__version__}: {checks} checks passed")
