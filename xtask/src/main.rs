@@ -6,16 +6,18 @@
 //!   checks run as tests under `cargo test -p xtask`.
 //! * `cargo xtask test` runs every test: models, the workspace tests, the
 //!   official `openai` Python client against `lamina serve` (see [`serve`];
-//!   skipped, saying why, without Python, pip or the models) and the
-//!   cross-ISA kernel tests (`.ci/isa-tests.sh`). `.ci/run` calls it.
+//!   skipped, saying why, without Python, pip or the models), the fast
+//!   fidelity checks (`validate --fast`) and the cross-ISA kernel tests
+//!   (`.ci/isa-tests.sh`). `.ci/run` calls it.
 //! * `cargo xtask openai-client` runs only the `openai` client test.
 //! * `cargo xtask quickstart` fetches the default model and inspects it.
 //! * `cargo xtask llama-cpp [--force]` builds the reference llama.cpp tools
 //!   into `target/llama.cpp/` (see [`llama_cpp`]).
-//! * `cargo xtask bench [embed|generate|kernels|all]` measures lamina and
+//! * `cargo xtask bench [embed|generate|kernels|serve|all]` measures lamina and
 //!   llama.cpp side by side (see [`bench`]).
 //! * `cargo xtask profile WORKLOAD` records a CPU profile (see [`profile`]).
-//! * `cargo xtask validate [--live]` runs the fidelity checks (see [`validate`]).
+//! * `cargo xtask validate [--live] [--fast | --only CHECKS]` runs the
+//!   fidelity checks against llama.cpp's gold (see [`validate`]).
 
 mod bench;
 mod llama_cpp;
@@ -97,6 +99,7 @@ fn main() -> Result<()> {
                 .args(["test", "--workspace", "--all-targets"])
                 .env("LAMINA_MODELS", &dir))?;
             serve::openai_client_test()?;
+            validate::run_cmd(validate::Args::fast())?;
             if !no_isa {
                 run(Cmd::new("bash").arg(root.join(".ci/isa-tests.sh")))?;
             }
