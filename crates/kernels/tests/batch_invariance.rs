@@ -19,17 +19,20 @@ fn pseudo(n: usize, seed: u32) -> Vec<f32> {
         .collect()
 }
 
-// Holds on x86-64 (AVX2 tiles and row kernels accumulate alike). The NEON
-// 1×4 tile still reassociates differently from its row kernel: not yet invariant.
-#[cfg(target_arch = "x86_64")]
 #[test]
 fn batch_position_does_not_change_a_tokens_result() {
     let types = [
         GgmlType::F32,
+        GgmlType::F16,
         GgmlType::Q8_0,
         GgmlType::Q4_0,
+        GgmlType::Q4_1,
         GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
         GgmlType::Q4_K,
+        GgmlType::Q5_K,
         GgmlType::Q6_K,
     ];
     let isas: Vec<Isa> = Isa::ALL.into_iter().filter(|i| i.is_available()).collect();

@@ -21,8 +21,13 @@ const fn with(
         k.simd.quantize = true;
     }
     if let Some(d) = dot {
+        // The scalar x4 kernel would give tokens in groups of four other bits
+        // than this row kernel gives a lone token: batch invariance needs one path.
         k.vec_dot = d;
         k.simd.vec_dot = true;
+        k.vec_dot_x4 = None;
+        k.simd.vec_dot_x4 = false;
+        k.tiles = None;
     }
     k
 }

@@ -30,6 +30,13 @@ const fn with(
     if let Some(d) = dot {
         k.vec_dot = d;
         k.simd.vec_dot = true;
+        // A SIMD row kernel must not be mixed with the scalar x4 kernel: tokens
+        // in groups of four would get other bits than a lone token (batch
+        // invariance). SIMD x4 kernels are written to match their row kernels.
+        if x4.is_none() && !base.simd.vec_dot_x4 {
+            k.vec_dot_x4 = None;
+            k.simd.vec_dot_x4 = false;
+        }
     }
     if let Some(x) = x4 {
         k.vec_dot_x4 = Some(x);
