@@ -40,6 +40,11 @@ const CMAKE_FLAGS: &[&str] = &[
     "-DLLAMA_OPENSSL=OFF",
     "-DLLAMA_CURL=OFF",
     "-DBUILD_SHARED_LIBS=OFF",
+    // `-march=native` turns on ggml's AMX matmul on CPUs that have AMX, and on
+    // VMs that do not grant the AMX tile state (this project's machines) it
+    // crashes in `ggml_backend_amx_mul_mat`. The AVX-512 VNNI paths stay on.
+    "-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16",
+    "-DCMAKE_CXX_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16",
 ];
 /// Environment variable naming an existing llama.cpp `bin` folder.
 pub(crate) const ENV_BIN: &str = "LAMINA_LLAMA_CPP";

@@ -64,6 +64,14 @@ mod miri_avx512 {
         run(GgmlType::Q8_0);
     }
     #[test]
+    fn q4_0() {
+        run(GgmlType::Q4_0);
+    }
+    #[test]
+    fn q5_0() {
+        run(GgmlType::Q5_0);
+    }
+    #[test]
     fn q4_k() {
         run(GgmlType::Q4_K);
     }

@@ -221,43 +221,7 @@ pub fn check_case(k: &TypeKernels, seed: u64, nblocks: usize, style: u64) {
         );
         row[c] = got;
     }
-    if let Some(tiles) = k.tiles {
-        let group = |g: usize| -> Vec<u8> {
-            let rows: Vec<u8> = cols[..g].concat();
-            if crate::pack::needs_packing(k.activation) {
-                let mut packed = vec![0u8; crate::pack::group_bytes(k.activation, n, g)];
-                crate::pack::pack(k.activation, n, g, &rows, &mut packed);
-                packed
-            } else {
-                rows
-            }
-        };
-        let got8 = (tiles.x8)(n, &w, &group(8));
-        let got4 = (tiles.x4)(n, &w, &group(4));
-        for (c, got) in got8.iter().chain(&got4).enumerate() {
-            let c = c % 8;
-            let tol = tolerance(ty, n, &w, &cols[c]);
-            assert!(
-                ((got - row[c]) as f64).abs() <= tol,
-                "{} {ty}: tile column {c} {got} vs row kernel {} (tol {tol:e}, seed {seed})",
-                k.isa,
-                row[c]
-            );
-        }
-    }
-    if let Some(x4) = k.vec_dot_x4 {
-        let got = x4(n, &w, [&cols[0], &cols[1], &cols[2], &cols[3]]);
-        for c in 0..4 {
-            let tol = tolerance(ty, n, &w, &cols[c]);
-            assert!(
-                ((got[c] - row[c]) as f64).abs() <= tol,
-                "{} {ty}: vec_dot_x4 column {c} {} vs row kernel {} (tol {tol:e}, seed {seed})",
-                k.isa,
-                got[c],
-                row[c]
-            );
-        }
-    }
+    check_tiles(k, n, &w, &cols, &row, seed, false);
 }
 
 /// Whether the tests of `isa` run here. Under Miri (with the AVX-512 target
@@ -301,6 +265,64 @@ macro_rules! isa_proptests {
     )*};
 }
 
+/// The 1×8/1×4 tiles and the x4 kernel of `k` against its row kernel's
+/// results `row` on the activation rows `cols`: within the type's tolerance,
+/// or bit for bit when `exact` (the batch-invariance contract).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+fn check_tiles(
+    k: &TypeKernels,
+    n: usize,
+    w: &[u8],
+    cols: &[Vec<u8>],
+    row: &[f32; 8],
+    seed: u64,
+    exact: bool,
+) {
+    let ty = k.weight;
+    let close = |got: f32, want: f32, a: &[u8]| {
+        if exact {
+            got.to_bits() == want.to_bits()
+        } else {
+            ((got - want) as f64).abs() <= tolerance(ty, n, w, a)
+        }
+    };
+    if let Some(tiles) = k.tiles {
+        let group = |g: usize| -> Vec<u8> {
+            let rows: Vec<u8> = cols[..g].concat();
+            if crate::pack::needs_packing(k.activation) {
+                let mut packed = vec![0u8; crate::pack::group_bytes(k.activation, n, g)];
+                crate::pack::pack(k.activation, n, g, &rows, &mut packed);
+                packed
+            } else {
+                rows
+            }
+        };
+        let got8 = (tiles.x8)(n, w, &group(8));
+        let got4 = (tiles.x4)(n, w, &group(4));
+        for (c, &got) in got8.iter().chain(&got4).enumerate() {
+            let c = c % 8;
+            assert!(
+                close(got, row[c], &cols[c]),
+                "{} {ty}: tile column {c} {got} vs row kernel {} (exact: {exact}, seed {seed})",
+                k.isa,
+                row[c]
+            );
+        }
+    }
+    if let Some(x4) = k.vec_dot_x4 {
+        let got = x4(n, w, [&cols[0], &cols[1], &cols[2], &cols[3]]);
+        for c in 0..4 {
+            assert!(
+                close(got[c], row[c], &cols[c]),
+                "{} {ty}: vec_dot_x4 column {c} {} vs row kernel {} (exact: {exact}, seed {seed})",
+                k.isa,
+                got[c],
+                row[c]
+            );
+        }
+    }
+}
+
 /// Dot products only, on activation blocks built directly from random bytes
 /// (no quantizer, no hardware f16 conversion: both are beyond Miri).
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
@@ -310,31 +332,42 @@ pub fn check_dot_only(k: &TypeKernels, seed: u64, nblocks: usize, style: u64) {
     let mut rng = Rng(seed);
     let n = nblocks * ty.block_size();
     let w = weight_row(&mut rng, ty, n, style % 5);
-    let mut a = vec![0u8; k.activation_row_bytes(n)];
-    let asz = k.activation.type_size();
-    for b in a.chunks_exact_mut(asz) {
-        for q in b.iter_mut() {
-            *q = (rng.below(255) as i32 - 127) as i8 as u8;
-        }
-        if k.activation == GgmlType::Q8_K {
-            b[..4].copy_from_slice(&(rng.unit() * 0.01).to_le_bytes());
-            for g in 0..16 {
-                let s: i32 = b[4 + 16 * g..20 + 16 * g]
-                    .iter()
-                    .map(|&v| v as i8 as i32)
-                    .sum();
-                b[260 + 2 * g..262 + 2 * g].copy_from_slice(&(s as i16).to_le_bytes());
+    let cols: Vec<Vec<u8>> = (0..8)
+        .map(|_| {
+            let mut a = vec![0u8; k.activation_row_bytes(n)];
+            let asz = k.activation.type_size();
+            for b in a.chunks_exact_mut(asz) {
+                for q in b.iter_mut() {
+                    *q = (rng.below(255) as i32 - 127) as i8 as u8;
+                }
+                if k.activation == GgmlType::Q8_K {
+                    b[..4].copy_from_slice(&(rng.unit() * 0.01).to_le_bytes());
+                    for g in 0..16 {
+                        let s: i32 = b[4 + 16 * g..20 + 16 * g]
+                            .iter()
+                            .map(|&v| v as i8 as i32)
+                            .sum();
+                        b[260 + 2 * g..262 + 2 * g].copy_from_slice(&(s as i16).to_le_bytes());
+                    }
+                } else {
+                    b[..2].copy_from_slice(&f16::from_f32_const(rng.unit() * 0.01).to_le_bytes());
+                }
             }
-        } else {
-            b[..2].copy_from_slice(&f16::from_f32_const(rng.unit() * 0.01).to_le_bytes());
-        }
+            a
+        })
+        .collect();
+    let mut row = [0f32; 8];
+    for (c, a) in cols.iter().enumerate() {
+        let want = (r.vec_dot)(n, &w, a);
+        let got = (k.vec_dot)(n, &w, a);
+        let tol = tolerance(ty, n, &w, a);
+        assert!(
+            ((got - want) as f64).abs() <= tol,
+            "{} {ty}: {got} vs scalar {want} (tol {tol:e}, seed {seed})",
+            k.isa
+        );
+        row[c] = got;
     }
-    let want = (r.vec_dot)(n, &w, &a);
-    let got = (k.vec_dot)(n, &w, &a);
-    let tol = tolerance(ty, n, &w, &a);
-    assert!(
-        ((got - want) as f64).abs() <= tol,
-        "{} {ty}: {got} vs scalar {want} (tol {tol:e}, seed {seed})",
-        k.isa
-    );
+    // The SIMD tiles and x4 kernels keep their row kernel's arithmetic exactly.
+    check_tiles(k, n, &w, &cols, &row, seed, true);
 }

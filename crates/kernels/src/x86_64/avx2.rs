@@ -122,17 +122,17 @@ unsafe fn bytes_from_bits(p: *const u8) -> __m256i {
 
 /// The signed 32 quants of one legacy weight block.
 #[inline(always)]
-unsafe fn q8_0_quants(x: *const u8) -> __m256i {
+pub(super) unsafe fn q8_0_quants(x: *const u8) -> __m256i {
     // SAFETY: a Q8_0 block has its 32 quants at offset 2.
     unsafe { load(x.add(2)) }
 }
 #[inline(always)]
-unsafe fn q4_0_quants(x: *const u8) -> __m256i {
+pub(super) unsafe fn q4_0_quants(x: *const u8) -> __m256i {
     // SAFETY: a Q4_0 block has its 16 nibble bytes at offset 2.
     unsafe { _mm256_sub_epi8(nibbles(x.add(2)), _mm256_set1_epi8(8)) }
 }
 #[inline(always)]
-unsafe fn q5_0_quants(x: *const u8) -> __m256i {
+pub(super) unsafe fn q5_0_quants(x: *const u8) -> __m256i {
     // SAFETY: a Q5_0 block has qh at offset 2 and 16 nibble bytes at 6.
     unsafe {
         // 0xF0 (i.e. -16 on top of the nibble) where the fifth bit is clear.
@@ -238,7 +238,7 @@ legacy_kernels! {
 
 /// Eight `i32 × 8` vectors → one vector of their eight horizontal sums, in order.
 #[inline(always)]
-unsafe fn hsum8_i32(p: &[__m256i; 8]) -> __m256i {
+pub(super) unsafe fn hsum8_i32(p: &[__m256i; 8]) -> __m256i {
     // SAFETY: AVX2 is enabled in every kernel calling this.
     unsafe {
         let s01 = _mm256_hadd_epi32(p[0], p[1]);
@@ -257,7 +257,7 @@ unsafe fn hsum8_i32(p: &[__m256i; 8]) -> __m256i {
 
 /// Four `i32 × 8` vectors → one vector of their four horizontal sums, in order.
 #[inline(always)]
-unsafe fn hsum4_i32(p: &[__m256i; 4]) -> __m128i {
+pub(super) unsafe fn hsum4_i32(p: &[__m256i; 4]) -> __m128i {
     // SAFETY: AVX2 is enabled in every kernel calling this.
     unsafe {
         let s = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));

@@ -7,7 +7,7 @@
 //! only intrinsics Miri implements are used here, and f16 scales are decoded
 //! in software.
 
-use super::avx2::hsum_f32;
+use super::avx2::{hsum_f32, hsum4_i32, hsum8_i32, q4_0_quants, q5_0_quants, q8_0_quants};
 use crate::GgmlType;
 use crate::scalar::{k4_scales_mins, row_blocks};
 use core::arch::x86_64::*;
@@ -99,67 +99,79 @@ unsafe fn fold(v: __m512i) -> __m256i {
     unsafe { _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v)) }
 }
 
-/// Q4_K: 64 values (two sub-blocks of 32) per `vpdpbusd`; nibbles are unsigned.
-/// The block sum is folded to the AVX2 kernels' 8 lanes (see [`fold`]), so the
-/// result is theirs bit for bit.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn k_q4_k(nb: usize, w: *const u8, a: *const u8) -> f32 {
-    // SAFETY: both rows hold `nb` blocks (144 and 292 bytes), checked by the wrapper.
+/// Q4_K against `N` Q8_K rows: 64 values (two sub-blocks of 32) per
+/// `vpdpbusd`; nibbles are unsigned, unpacked once for all `N` rows. The block
+/// sum is folded to the AVX2 kernels' 8 lanes (see [`fold`]), so each result
+/// is theirs bit for bit.
+#[inline(always)]
+unsafe fn q4_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f32; N] {
+    // SAFETY: every row holds `nb` blocks (144 and 292 bytes), checked by the
+    // wrappers; AVX-512 F/BW/VL + VNNI are enabled in the callers.
     unsafe {
         let m4 = _mm512_set1_epi8(0x0F);
-        let mut acc = _mm256_setzero_ps();
-        let mut summ = 0.0f32;
+        let mut acc = [_mm256_setzero_ps(); N];
+        let mut summ = [0.0f32; N];
         for i in 0..nb {
-            let (x, y) = (w.add(144 * i), a.add(292 * i));
+            let x = w.add(144 * i);
+            let ys = a.map(|p| p.add(292 * i));
             let (scales, mins) = k4_scales_mins(&*x.add(4).cast::<[u8; 12]>());
-            let mut sumi = _mm512_setzero_si512();
+            let mut sumi = [_mm512_setzero_si512(); N];
             for j in 0..4 {
                 let q = load256(x.add(16 + 32 * j));
                 let both = cat(q, q);
                 // Low nibbles for the first 32 values, high nibbles for the next 32.
                 let q = _mm512_and_si512(_mm512_mask_srli_epi16(both, 0xFFFF_0000, both, 4), m4);
-                let p = _mm512_dpbusd_epi32(
-                    _mm512_setzero_si512(),
-                    q,
-                    _mm512_loadu_si512(y.add(4 + 64 * j).cast()),
-                );
                 let sc = _mm512_mask_blend_epi32(
                     0xFF00,
                     _mm512_set1_epi32(scales[2 * j] as i32),
                     _mm512_set1_epi32(scales[2 * j + 1] as i32),
                 );
-                sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(sc, p));
+                for c in 0..N {
+                    let y8 = _mm512_loadu_si512(ys[c].add(4 + 64 * j).cast());
+                    let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, y8);
+                    sumi[c] = _mm512_add_epi32(sumi[c], _mm512_mullo_epi32(sc, p));
+                }
             }
-            let dy = f32_at(y);
-            acc = _mm256_fmadd_ps(
-                _mm256_set1_ps(dy * fp16(x)),
-                _mm256_cvtepi32_ps(fold(sumi)),
-                acc,
-            );
-            let bsums = &y.add(260).cast::<[i16; 16]>().read_unaligned();
-            let msum: i32 = (0..8)
-                .map(|j| mins[j] as i32 * (bsums[2 * j] as i32 + bsums[2 * j + 1] as i32))
-                .sum();
-            summ += (dy * fp16(x.add(2))) * msum as f32;
+            let (dx, dminx) = (fp16(x), fp16(x.add(2)));
+            for c in 0..N {
+                let dy = f32_at(ys[c]);
+                acc[c] = _mm256_fmadd_ps(
+                    _mm256_set1_ps(dy * dx),
+                    _mm256_cvtepi32_ps(fold(sumi[c])),
+                    acc[c],
+                );
+                let bsums = &ys[c].add(260).cast::<[i16; 16]>().read_unaligned();
+                let msum: i32 = (0..8)
+                    .map(|j| mins[j] as i32 * (bsums[2 * j] as i32 + bsums[2 * j + 1] as i32))
+                    .sum();
+                summ[c] += (dy * dminx) * msum as f32;
+            }
         }
-        hsum_f32(acc) - summ
+        let mut out = [0.0f32; N];
+        for c in 0..N {
+            out[c] = hsum_f32(acc[c]) - summ[c];
+        }
+        out
     }
 }
 
-/// Q6_K: unsigned 6-bit quants against the activations, 64 values per
-/// `vpdpbusd`; the `-32` offset comes from the bsums once per block. Folded
-/// to the AVX2 kernels' 8 lanes (see [`fold`]): their result bit for bit.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn k_q6_k(nb: usize, w: *const u8, a: *const u8) -> f32 {
-    // SAFETY: both rows hold `nb` blocks (210 and 292 bytes), checked by the wrapper.
+/// Q6_K against `N` Q8_K rows: unsigned 6-bit quants, 64 values per
+/// `vpdpbusd`, unpacked once for all `N` rows; the `-32` offset comes from the
+/// bsums once per block. Folded to the AVX2 kernels' 8 lanes (see [`fold`]):
+/// their result bit for bit.
+#[inline(always)]
+unsafe fn q6_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f32; N] {
+    // SAFETY: every row holds `nb` blocks (210 and 292 bytes), checked by the
+    // wrappers; AVX-512 F/BW/VL + VNNI are enabled in the callers.
     unsafe {
         let m4 = _mm512_set1_epi8(0x0F);
         let m2 = _mm512_set1_epi8(0x30);
-        let mut acc = _mm256_setzero_ps();
+        let mut acc = [_mm256_setzero_ps(); N];
         for i in 0..nb {
-            let (x, y) = (w.add(210 * i), a.add(292 * i));
+            let x = w.add(210 * i);
+            let ys = a.map(|p| p.add(292 * i));
             let sc = &*x.add(192).cast::<[i8; 16]>();
-            let mut sumi = _mm512_setzero_si512();
+            let mut sumi = [_mm512_setzero_si512(); N];
             for half in 0..2 {
                 let ql = _mm512_loadu_si512(x.add(64 * half).cast());
                 let qh = load256(x.add(128 + 32 * half));
@@ -173,8 +185,6 @@ unsafe fn k_q6_k(nb: usize, w: *const u8, a: *const u8) -> f32 {
                     _mm512_and_si512(qh_b, m2),
                 );
                 for (k, q) in [lo, hi].into_iter().enumerate() {
-                    let q8 = _mm512_loadu_si512(y.add(4 + 128 * half + 64 * k).cast());
-                    let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, q8);
                     // Four lanes (16 values) per scale.
                     let s = 8 * half + 4 * k;
                     let scale = _mm512_set_epi32(
@@ -195,18 +205,204 @@ unsafe fn k_q6_k(nb: usize, w: *const u8, a: *const u8) -> f32 {
                         sc[s] as i32,
                         sc[s] as i32,
                     );
-                    sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(scale, p));
+                    for c in 0..N {
+                        let y8 = _mm512_loadu_si512(ys[c].add(4 + 128 * half + 64 * k).cast());
+                        let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, y8);
+                        sumi[c] = _mm512_add_epi32(sumi[c], _mm512_mullo_epi32(scale, p));
+                    }
                 }
             }
             // -32 · Σ_s scale_s · bsum_s, spread over the lanes as the AVX2 kernel does.
             let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(sc.as_ptr().cast()));
-            let off = _mm256_madd_epi16(sc16, load256(y.add(260)));
-            let sumi = _mm256_sub_epi32(fold(sumi), _mm256_slli_epi32::<5>(off));
-            let d = f32_at(y) * fp16(x.add(208));
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+            let dx = fp16(x.add(208));
+            for c in 0..N {
+                let off = _mm256_madd_epi16(sc16, load256(ys[c].add(260)));
+                let sumi = _mm256_sub_epi32(fold(sumi[c]), _mm256_slli_epi32::<5>(off));
+                let d = f32_at(ys[c]) * dx;
+                acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[c]);
+            }
         }
-        hsum_f32(acc)
+        let mut out = [0.0f32; N];
+        for (o, v) in out.iter_mut().zip(acc) {
+            *o = hsum_f32(v);
+        }
+        out
     }
+}
+
+macro_rules! k_kernels {
+    ($($ty:ident: $body:ident => $k1:ident, $k4:ident, $k8:ident,
+       $one:ident, $x4:ident, $t8:ident, $t4:ident;)*) => {$(
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        unsafe fn $k1(nb: usize, w: *const u8, a: [*const u8; 1]) -> [f32; 1] {
+            // SAFETY: forwarded from the wrapper's checks.
+            unsafe { $body::<1>(nb, w, a) }
+        }
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        unsafe fn $k4(nb: usize, w: *const u8, a: [*const u8; 4]) -> [f32; 4] {
+            // SAFETY: forwarded from the wrapper's checks.
+            unsafe { $body::<4>(nb, w, a) }
+        }
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        unsafe fn $k8(nb: usize, w: *const u8, a: [*const u8; 8]) -> [f32; 8] {
+            // SAFETY: forwarded from the wrapper's checks.
+            unsafe { $body::<8>(nb, w, a) }
+        }
+        pub(crate) fn $one(n: usize, w: &[u8], a: &[u8]) -> f32 {
+            let nb = row_blocks(GgmlType::$ty, n, w);
+            row_blocks(GgmlType::Q8_K, n, a);
+            // SAFETY: both rows hold `nb` blocks (checked above); reachable only through
+            // the AVX512 table, handed out after AVX-512 F/BW/VL + VNNI were detected.
+            unsafe { $k1(nb, w.as_ptr(), [a.as_ptr()])[0] }
+        }
+        pub(crate) fn $x4(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+            let nb = row_blocks(GgmlType::$ty, n, w);
+            for c in a {
+                row_blocks(GgmlType::Q8_K, n, c);
+            }
+            // SAFETY: as for the row kernel; all five rows hold `nb` blocks.
+            unsafe { $k4(nb, w.as_ptr(), a.map(<[u8]>::as_ptr)) }
+        }
+        pub(crate) fn $t8(n: usize, w: &[u8], packed: &[u8]) -> [f32; 8] {
+            let nb = row_blocks(GgmlType::$ty, n, w);
+            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_K, n, 8), "group size");
+            let r = nb * 292;
+            let rows = std::array::from_fn(|c| packed[c * r..].as_ptr());
+            // SAFETY: `nb` weight blocks and 8 rows of `nb` Q8_K blocks (checked above);
+            // reachable only through the AVX512 table.
+            unsafe { $k8(nb, w.as_ptr(), rows) }
+        }
+        pub(crate) fn $t4(n: usize, w: &[u8], packed: &[u8]) -> [f32; 4] {
+            let nb = row_blocks(GgmlType::$ty, n, w);
+            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_K, n, 4), "group size");
+            let r = nb * 292;
+            let rows = std::array::from_fn(|c| packed[c * r..].as_ptr());
+            // SAFETY: `nb` weight blocks and 4 rows of `nb` Q8_K blocks (checked above);
+            // reachable only through the AVX512 table.
+            unsafe { $k4(nb, w.as_ptr(), rows) }
+        }
+    )*};
+}
+
+k_kernels! {
+    Q4_K: q4_k => k_q4_k, k_q4_k_x4, k_q4_k_x8,
+        vec_dot_q4_k, vec_dot_x4_q4_k, tile8_q4_k, tile4_q4_k;
+    Q6_K: q6_k => k_q6_k, k_q6_k_x4, k_q6_k_x8,
+        vec_dot_q6_k, vec_dot_x4_q6_k, tile8_q6_k, tile4_q6_k;
+}
+
+/// One weight block's exact integer dot with each of `R` packed Q8_0 rows
+/// (32 bytes each, back to back at `y`), two rows per `vpdpbusd`: one
+/// `i32 × 8` vector per row whose lanes sum to it, as the AVX2 tiles' `madd`
+/// gives (only the sum is used, and it is exact either way).
+#[inline(always)]
+unsafe fn row_sums<const R: usize>(qx: __m256i, y: *const u8) -> [__m256i; R] {
+    // SAFETY: `y` holds `R` rows of 32 bytes (the callers' packed group);
+    // AVX-512 F/BW/VL + VNNI are enabled in the callers.
+    unsafe {
+        let wx = cat(qx, qx);
+        let neg = _mm512_movepi8_mask(wx);
+        let ax = _mm512_abs_epi8(wx);
+        let mut p = [_mm256_setzero_si256(); R];
+        for pair in 0..R / 2 {
+            let yy = _mm512_loadu_si512(y.add(64 * pair).cast());
+            let yy = _mm512_mask_sub_epi8(yy, neg, _mm512_setzero_si512(), yy);
+            let s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ax, yy);
+            p[2 * pair] = _mm512_castsi512_si256(s);
+            p[2 * pair + 1] = _mm512_extracti64x4_epi64::<1>(s);
+        }
+        p
+    }
+}
+
+/// One legacy weight row (blocks of `wsize` bytes whose signed quants
+/// `quants` decodes) against a packed group of 8 Q8_0 rows
+/// ([`crate::pack`]): the AVX2 1×8 tile with `vpdpbusd` over two rows at a
+/// time in place of `maddubs` + `madd`. The per-block row sums are the same
+/// exact integers and the float steps the same, so the results are its bits
+/// (and so the row kernels').
+#[inline(always)]
+unsafe fn legacy_tile8(
+    nb: usize,
+    w: *const u8,
+    wsize: usize,
+    packed: *const u8,
+    quants: unsafe fn(*const u8) -> __m256i,
+) -> [f32; 8] {
+    // SAFETY: the wrappers checked `nb` weight blocks and `nb` packed block
+    // groups; AVX-512 F/BW/VL + VNNI are enabled in the callers.
+    unsafe {
+        let gb = crate::pack::q8_0_group_block(8);
+        let mut acc = _mm256_setzero_ps();
+        for i in 0..nb {
+            let (x, y) = (w.add(i * wsize), packed.add(i * gb));
+            let sums = _mm256_cvtepi32_ps(hsum8_i32(&row_sums::<8>(quants(x), y)));
+            let d = _mm256_mul_ps(_mm256_set1_ps(fp16(x)), _mm256_loadu_ps(y.add(256).cast()));
+            acc = _mm256_fmadd_ps(d, sums, acc);
+        }
+        let mut out = [0.0f32; 8];
+        _mm256_storeu_ps(out.as_mut_ptr(), acc);
+        out
+    }
+}
+
+/// [`legacy_tile8`] for a packed group of 4 rows.
+#[inline(always)]
+unsafe fn legacy_tile4(
+    nb: usize,
+    w: *const u8,
+    wsize: usize,
+    packed: *const u8,
+    quants: unsafe fn(*const u8) -> __m256i,
+) -> [f32; 4] {
+    // SAFETY: as for `legacy_tile8`, with groups of 4 rows.
+    unsafe {
+        let gb = crate::pack::q8_0_group_block(4);
+        let mut acc = _mm_setzero_ps();
+        for i in 0..nb {
+            let (x, y) = (w.add(i * wsize), packed.add(i * gb));
+            let sums = _mm_cvtepi32_ps(hsum4_i32(&row_sums::<4>(quants(x), y)));
+            let d = _mm_mul_ps(_mm_set1_ps(fp16(x)), _mm_loadu_ps(y.add(128).cast()));
+            acc = _mm_fmadd_ps(d, sums, acc);
+        }
+        let mut out = [0.0f32; 4];
+        _mm_storeu_ps(out.as_mut_ptr(), acc);
+        out
+    }
+}
+
+macro_rules! legacy_tiles {
+    ($($ty:ident, $size:expr, $quants:ident, $k8:ident => $f8:ident, $k4:ident => $f4:ident;)*) => {$(
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        unsafe fn $k8(nb: usize, w: *const u8, packed: *const u8) -> [f32; 8] {
+            // SAFETY: forwarded from the wrapper's checks.
+            unsafe { legacy_tile8(nb, w, $size, packed, $quants) }
+        }
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        unsafe fn $k4(nb: usize, w: *const u8, packed: *const u8) -> [f32; 4] {
+            // SAFETY: forwarded from the wrapper's checks.
+            unsafe { legacy_tile4(nb, w, $size, packed, $quants) }
+        }
+        pub(crate) fn $f8(n: usize, w: &[u8], packed: &[u8]) -> [f32; 8] {
+            let nb = row_blocks(GgmlType::$ty, n, w);
+            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_0, n, 8), "packed group size");
+            // SAFETY: `nb` weight blocks and `nb` packed block groups (checked above);
+            // reachable only through the AVX512 table, handed out after detection.
+            unsafe { $k8(nb, w.as_ptr(), packed.as_ptr()) }
+        }
+        pub(crate) fn $f4(n: usize, w: &[u8], packed: &[u8]) -> [f32; 4] {
+            let nb = row_blocks(GgmlType::$ty, n, w);
+            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_0, n, 4), "packed group size");
+            // SAFETY: as for the 8-row tile, with groups of 4 rows.
+            unsafe { $k4(nb, w.as_ptr(), packed.as_ptr()) }
+        }
+    )*};
+}
+
+legacy_tiles! {
+    Q8_0, 34, q8_0_quants, k_q8_0_x8 => tile8_q8_0, k_q8_0_t4 => tile4_q8_0;
+    Q4_0, 18, q4_0_quants, k_q4_0_x8 => tile8_q4_0, k_q4_0_t4 => tile4_q4_0;
+    Q5_0, 22, q5_0_quants, k_q5_0_x8 => tile8_q5_0, k_q5_0_t4 => tile4_q5_0;
 }
 
 pub(crate) fn vec_dot_q8_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
@@ -215,18 +411,4 @@ pub(crate) fn vec_dot_q8_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
     // SAFETY: both rows hold `nb` blocks (checked above); reachable only through the
     // AVX512 table, handed out after AVX-512 F/BW/VL + VNNI were detected.
     unsafe { k_q8_0(nb, w.as_ptr(), a.as_ptr()) }
-}
-
-pub(crate) fn vec_dot_q4_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let nb = row_blocks(GgmlType::Q4_K, n, w);
-    row_blocks(GgmlType::Q8_K, n, a);
-    // SAFETY: as for `vec_dot_q8_0`.
-    unsafe { k_q4_k(nb, w.as_ptr(), a.as_ptr()) }
-}
-
-pub(crate) fn vec_dot_q6_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let nb = row_blocks(GgmlType::Q6_K, n, w);
-    row_blocks(GgmlType::Q8_K, n, a);
-    // SAFETY: as for `vec_dot_q8_0`.
-    unsafe { k_q6_k(nb, w.as_ptr(), a.as_ptr()) }
 }

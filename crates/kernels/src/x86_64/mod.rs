@@ -2,7 +2,9 @@
 //!
 //! [`AVX2`] replaces the scalar kernels with `avx2` ones where they exist;
 //! [`AVX512`] starts from [`AVX2`] (every AVX-512 VNNI CPU has AVX2) and
-//! replaces the Q8_0, Q4_K and Q6_K dot products with VNNI ones.
+//! replaces the Q8_0, Q4_K and Q6_K dot products and the Q8_0, Q4_0, Q5_0,
+//! Q4_K and Q6_K tiles with VNNI ones that keep AVX2's arithmetic (the same
+//! bits: batch invariance holds across the two tables too).
 
 pub(crate) mod avx2;
 pub(crate) mod avx512;
@@ -129,14 +131,46 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
     with(AVX2[0], V, None, None, None),
     with(AVX2[1], V, None, None, None),
     with(AVX2[2], V, None, None, None),
-    with(AVX2[3], V, None, None, None),
+    tiles(
+        with(AVX2[3], V, None, None, None),
+        avx512::tile8_q4_0,
+        avx512::tile4_q4_0,
+    ),
     with(AVX2[4], V, None, None, None),
-    with(AVX2[5], V, None, None, None),
+    tiles(
+        with(AVX2[5], V, None, None, None),
+        avx512::tile8_q5_0,
+        avx512::tile4_q5_0,
+    ),
     with(AVX2[6], V, None, None, None),
-    with(AVX2[7], V, None, Some(avx512::vec_dot_q8_0), None),
+    tiles(
+        with(AVX2[7], V, None, Some(avx512::vec_dot_q8_0), None),
+        avx512::tile8_q8_0,
+        avx512::tile4_q8_0,
+    ),
     with(AVX2[8], V, None, None, None),
     with(AVX2[9], V, None, None, None),
-    with(AVX2[10], V, None, Some(avx512::vec_dot_q4_k), None),
+    tiles(
+        with(
+            AVX2[10],
+            V,
+            None,
+            Some(avx512::vec_dot_q4_k),
+            Some(avx512::vec_dot_x4_q4_k),
+        ),
+        avx512::tile8_q4_k,
+        avx512::tile4_q4_k,
+    ),
     with(AVX2[11], V, None, None, None),
-    with(AVX2[12], V, None, Some(avx512::vec_dot_q6_k), None),
+    tiles(
+        with(
+            AVX2[12],
+            V,
+            None,
+            Some(avx512::vec_dot_q6_k),
+            Some(avx512::vec_dot_x4_q6_k),
+        ),
+        avx512::tile8_q6_k,
+        avx512::tile4_q6_k,
+    ),
 ];
