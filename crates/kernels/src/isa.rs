@@ -67,9 +67,15 @@ impl Isa {
         d[self as usize]
     }
 
-    /// The fastest available ISA.
+    /// The fastest available ISA: the default path.
+    ///
+    /// AVX-512 VNNI is opt-in (`LAMINA_ISA=avx512`): its kernels keep AVX2's
+    /// per-block arithmetic (batch invariance across the two), and so written
+    /// they measured slower than AVX2 on the AVX-512 machines here (SmolLM2
+    /// Q8_0 tg 27 vs 58 tokens/s, pp64 446 vs 512; EmbeddingGemma Q8_0 batch
+    /// of 96 27 vs 32 embeddings/s, 2 threads, 2026-11-23).
     pub fn best_available() -> Isa {
-        [Isa::Avx512Vnni, Isa::Avx2, Isa::NeonDotprod, Isa::Neon]
+        [Isa::Avx2, Isa::NeonDotprod, Isa::Neon]
             .into_iter()
             .find(|i| i.is_available())
             .unwrap_or(Isa::Scalar)

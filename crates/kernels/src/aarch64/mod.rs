@@ -6,13 +6,16 @@ pub(crate) mod neon;
 
 use crate::GgmlType as T;
 use crate::isa::Isa;
-use crate::table::{QuantizeFn, TypeKernels, VecDotFn, scalar};
+use crate::table::{QuantizeFn, TypeKernels, VecDotFn, VecDotX4Fn, scalar};
 
+/// `base` with the kernels given replaced. A row kernel comes with its own
+/// x4 twin or none: the scalar x4 kernel would give tokens in groups of four
+/// other bits than this row kernel gives a lone token (batch invariance).
 const fn with(
     base: TypeKernels,
     isa: Isa,
     q: Option<QuantizeFn>,
-    dot: Option<VecDotFn>,
+    dot: Option<(VecDotFn, Option<VecDotX4Fn>)>,
 ) -> TypeKernels {
     let mut k = base;
     k.isa = isa;
@@ -20,13 +23,11 @@ const fn with(
         k.quantize_activation = q;
         k.simd.quantize = true;
     }
-    if let Some(d) = dot {
-        // The scalar x4 kernel would give tokens in groups of four other bits
-        // than this row kernel gives a lone token: batch invariance needs one path.
+    if let Some((d, x4)) = dot {
         k.vec_dot = d;
         k.simd.vec_dot = true;
-        k.vec_dot_x4 = None;
-        k.simd.vec_dot_x4 = false;
+        k.vec_dot_x4 = x4;
+        k.simd.vec_dot_x4 = x4.is_some();
         k.tiles = None;
     }
     k
@@ -35,33 +36,33 @@ const fn with(
 macro_rules! table {
     ($isa:expr, $m:ident) => {
         [
-            with(scalar(T::F32), $isa, None, Some(neon::vec_dot_f32)),
-            with(scalar(T::F16), $isa, None, Some(neon::vec_dot_f16)),
+            with(scalar(T::F32), $isa, None, Some((neon::vec_dot_f32, None))),
+            with(scalar(T::F16), $isa, None, Some((neon::vec_dot_f16, None))),
             with(scalar(T::BF16), $isa, None, None),
             with(
                 scalar(T::Q4_0),
                 $isa,
                 Some(neon::quantize_q8_0),
-                Some(neon::$m::vec_dot_q4_0),
+                Some((neon::$m::vec_dot_q4_0, Some(neon::$m::vec_dot_x4_q4_0))),
             ),
             with(
                 scalar(T::Q4_1),
                 $isa,
                 Some(neon::quantize_q8_1),
-                Some(neon::$m::vec_dot_q4_1),
+                Some((neon::$m::vec_dot_q4_1, Some(neon::$m::vec_dot_x4_q4_1))),
             ),
             with(
                 scalar(T::Q5_0),
                 $isa,
                 Some(neon::quantize_q8_0),
-                Some(neon::$m::vec_dot_q5_0),
+                Some((neon::$m::vec_dot_q5_0, Some(neon::$m::vec_dot_x4_q5_0))),
             ),
             with(scalar(T::Q5_1), $isa, Some(neon::quantize_q8_1), None),
             with(
                 scalar(T::Q8_0),
                 $isa,
                 Some(neon::quantize_q8_0),
-                Some(neon::$m::vec_dot_q8_0),
+                Some((neon::$m::vec_dot_q8_0, Some(neon::$m::vec_dot_x4_q8_0))),
             ),
             with(scalar(T::Q2_K), $isa, Some(neon::quantize_q8_k), None),
             with(scalar(T::Q3_K), $isa, Some(neon::quantize_q8_k), None),
@@ -69,19 +70,19 @@ macro_rules! table {
                 scalar(T::Q4_K),
                 $isa,
                 Some(neon::quantize_q8_k),
-                Some(neon::$m::vec_dot_q4_k),
+                Some((neon::$m::vec_dot_q4_k, Some(neon::$m::vec_dot_x4_q4_k))),
             ),
             with(
                 scalar(T::Q5_K),
                 $isa,
                 Some(neon::quantize_q8_k),
-                Some(neon::$m::vec_dot_q5_k),
+                Some((neon::$m::vec_dot_q5_k, Some(neon::$m::vec_dot_x4_q5_k))),
             ),
             with(
                 scalar(T::Q6_K),
                 $isa,
                 Some(neon::quantize_q8_k),
-                Some(neon::$m::vec_dot_q6_k),
+                Some((neon::$m::vec_dot_q6_k, Some(neon::$m::vec_dot_x4_q6_k))),
             ),
         ]
     };
