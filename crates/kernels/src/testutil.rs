@@ -209,18 +209,7 @@ pub fn check_case(k: &TypeKernels, seed: u64, nblocks: usize, style: u64) {
             want
         })
         .collect();
-    let mut row = [0f32; 8];
-    for (c, a) in cols.iter().enumerate() {
-        let want = (r.vec_dot)(n, &w, a);
-        let got = (k.vec_dot)(n, &w, a);
-        let tol = tolerance(ty, n, &w, a);
-        assert!(
-            ((got - want) as f64).abs() <= tol,
-            "{} {ty}: vec_dot {got} vs scalar {want} (tol {tol:e}, seed {seed}, {nblocks} blocks, style {style})",
-            k.isa
-        );
-        row[c] = got;
-    }
+    let row = check_rows(k, r, n, &w, &cols, seed);
     check_tiles(k, n, &w, &cols, &row, seed, false);
 }
 
@@ -263,6 +252,33 @@ macro_rules! isa_proptests {
             });
         }
     )*};
+}
+
+/// `k`'s row kernel against the scalar one `r` on each of the 8 activation
+/// rows `cols`, within the type's tolerance; returns `k`'s results.
+fn check_rows(
+    k: &TypeKernels,
+    r: &TypeKernels,
+    n: usize,
+    w: &[u8],
+    cols: &[Vec<u8>],
+    seed: u64,
+) -> [f32; 8] {
+    let ty = k.weight;
+    let mut row = [0f32; 8];
+    for (c, a) in cols.iter().enumerate() {
+        let want = (r.vec_dot)(n, w, a);
+        let got = (k.vec_dot)(n, w, a);
+        let tol = tolerance(ty, n, w, a);
+        assert!(
+            ((got - want) as f64).abs() <= tol,
+            "{} {ty}: vec_dot {got} vs scalar {want} (tol {tol:e}, seed {seed}, {} blocks)",
+            k.isa,
+            n / ty.block_size().max(1)
+        );
+        row[c] = got;
+    }
+    row
 }
 
 /// The 1×8/1×4 tiles and the x4 kernel of `k` against its row kernel's
@@ -356,18 +372,7 @@ pub fn check_dot_only(k: &TypeKernels, seed: u64, nblocks: usize, style: u64) {
             a
         })
         .collect();
-    let mut row = [0f32; 8];
-    for (c, a) in cols.iter().enumerate() {
-        let want = (r.vec_dot)(n, &w, a);
-        let got = (k.vec_dot)(n, &w, a);
-        let tol = tolerance(ty, n, &w, a);
-        assert!(
-            ((got - want) as f64).abs() <= tol,
-            "{} {ty}: {got} vs scalar {want} (tol {tol:e}, seed {seed})",
-            k.isa
-        );
-        row[c] = got;
-    }
+    let row = check_rows(k, r, n, &w, &cols, seed);
     // The SIMD tiles and x4 kernels keep their row kernel's arithmetic exactly.
     check_tiles(k, n, &w, &cols, &row, seed, true);
 }

@@ -335,35 +335,8 @@ unsafe fn legacy_tile4(
     }
 }
 
-macro_rules! legacy_tiles {
-    ($($ty:ident, $size:expr, $quants:ident, $k8:ident => $f8:ident, $k4:ident => $f4:ident;)*) => {$(
-        #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn $k8(nb: usize, w: *const u8, packed: *const u8) -> [f32; 8] {
-            // SAFETY: forwarded from the wrapper's checks.
-            unsafe { legacy_tile8(nb, w, $size, packed, $quants) }
-        }
-        #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn $k4(nb: usize, w: *const u8, packed: *const u8) -> [f32; 4] {
-            // SAFETY: forwarded from the wrapper's checks.
-            unsafe { legacy_tile4(nb, w, $size, packed, $quants) }
-        }
-        pub(crate) fn $f8(n: usize, w: &[u8], packed: &[u8]) -> [f32; 8] {
-            let nb = row_blocks(GgmlType::$ty, n, w);
-            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_0, n, 8), "packed group size");
-            // SAFETY: `nb` weight blocks and `nb` packed block groups (checked above);
-            // reachable only through a table handed out after AVX2 detection.
-            unsafe { $k8(nb, w.as_ptr(), packed.as_ptr()) }
-        }
-        pub(crate) fn $f4(n: usize, w: &[u8], packed: &[u8]) -> [f32; 4] {
-            let nb = row_blocks(GgmlType::$ty, n, w);
-            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_0, n, 4), "packed group size");
-            // SAFETY: as for the 8-row tile, with groups of 4 rows.
-            unsafe { $k4(nb, w.as_ptr(), packed.as_ptr()) }
-        }
-    )*};
-}
-
-legacy_tiles! {
+legacy_tile_fns! {
+    "avx2,fma,f16c";
     Q8_0, 34, q8_0_quants, k_q8_0_x8 => tile8_q8_0, k_q8_0_t4 => tile4_q8_0;
     Q4_0, 18, q4_0_quants, k_q4_0_x8 => tile8_q4_0, k_q4_0_t4 => tile4_q4_0;
     Q5_0, 22, q5_0_quants, k_q5_0_x8 => tile8_q5_0, k_q5_0_t4 => tile4_q5_0;

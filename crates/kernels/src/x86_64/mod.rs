@@ -6,6 +6,37 @@
 //! Q4_K and Q6_K tiles with VNNI ones that keep AVX2's arithmetic (the same
 //! bits: batch invariance holds across the two tables too).
 
+/// The 1×8 and 1×4 tile functions of the legacy (Q8_0-activation) types for
+/// one ISA: `#[target_feature]` entry points over that module's generic
+/// `legacy_tile8`/`legacy_tile4`, and the checked wrappers the tables hold.
+macro_rules! legacy_tile_fns {
+    ($feat:literal; $($ty:ident, $size:expr, $quants:ident, $k8:ident => $f8:ident, $k4:ident => $f4:ident;)*) => {$(
+        #[target_feature(enable = $feat)]
+        unsafe fn $k8(nb: usize, w: *const u8, packed: *const u8) -> [f32; 8] {
+            // SAFETY: forwarded from the wrapper's checks.
+            unsafe { legacy_tile8(nb, w, $size, packed, $quants) }
+        }
+        #[target_feature(enable = $feat)]
+        unsafe fn $k4(nb: usize, w: *const u8, packed: *const u8) -> [f32; 4] {
+            // SAFETY: forwarded from the wrapper's checks.
+            unsafe { legacy_tile4(nb, w, $size, packed, $quants) }
+        }
+        pub(crate) fn $f8(n: usize, w: &[u8], packed: &[u8]) -> [f32; 8] {
+            let nb = row_blocks(GgmlType::$ty, n, w);
+            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_0, n, 8), "packed group size");
+            // SAFETY: `nb` weight blocks and `nb` packed block groups (checked above);
+            // reachable only through a table handed out after the ISA's detection.
+            unsafe { $k8(nb, w.as_ptr(), packed.as_ptr()) }
+        }
+        pub(crate) fn $f4(n: usize, w: &[u8], packed: &[u8]) -> [f32; 4] {
+            let nb = row_blocks(GgmlType::$ty, n, w);
+            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_0, n, 4), "packed group size");
+            // SAFETY: as for the 8-row tile, with groups of 4 rows.
+            unsafe { $k4(nb, w.as_ptr(), packed.as_ptr()) }
+        }
+    )*};
+}
+
 pub(crate) mod avx2;
 pub(crate) mod avx512;
 
