@@ -4,68 +4,15 @@
 //! Tests that need a model read it from the models directory
 //! (`LAMINA_MODELS`); when it is absent they say so on stderr and pass.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+mod common;
 
+use std::path::Path;
+
+use common::{err, lamina, model, ok, testdata};
 use serde_json::Value;
 
 const EMBED_MODEL: &str = "embeddinggemma-300m-Q8_0.gguf";
 const GEMMA: &str = "gemma-3-270m-Q4_K_M.gguf";
-
-fn model(name: &str) -> Option<PathBuf> {
-    let path = lamina_gguf::models_dir().join(name);
-    if path.exists() {
-        Some(path)
-    } else {
-        eprintln!(
-            "SKIPPED: {} is missing (run `cargo xtask models`, or set LAMINA_MODELS)",
-            path.display()
-        );
-        None
-    }
-}
-
-fn testdata(dir: &str, file: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata")
-        .join(dir)
-        .join(file)
-}
-
-/// Runs `lamina ARGS` with `stdin` on its standard input.
-fn lamina(args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lamina"))
-        .args(args)
-        .env("LAMINA_LOG", "warn")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run lamina");
-    // The binary may exit before reading (a bad argument): ignore a broken pipe.
-    let _ = child.stdin.take().unwrap().write_all(stdin);
-    child.wait_with_output().unwrap()
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "lamina failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone()).expect("UTF-8 output")
-}
-
-/// A failure with a message on stderr, not a panic.
-fn err(out: &Output) -> String {
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(1), "want a clean failure: {stderr}");
-    assert!(stderr.starts_with("error: "), "{stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    stderr
-}
 
 fn json_lines(s: &str) -> Vec<Value> {
     s.lines()
