@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result};
-use lamina_kernels::pool::Rayon;
 use lamina_model::chat::{ChatTemplate, Message, TemplateSource};
 use lamina_model::generate::{GenerateOptions, StopReason};
 use lamina_model::sampling::Sampler;
@@ -116,7 +115,7 @@ pub fn run(args: Args) -> Result<()> {
             );
             continue;
         }
-        let pre = session.prefill(&ids, &Rayon)?;
+        let pre = session.prefill(&ids, &*loaded.pool)?;
         tracing::info!(
             "prompt: {} tokens reused, {} evaluated",
             pre.reused,
@@ -126,7 +125,7 @@ pub fn run(args: Args) -> Result<()> {
         cancel.store(false, Ordering::SeqCst);
         generating.store(true, Ordering::SeqCst);
         let mut out = std::io::stdout().lock();
-        let reply = session.generate(&mut sampler, &opts, &Rayon, &mut |piece| {
+        let reply = session.generate(&mut sampler, &opts, &*loaded.pool, &mut |piece| {
             if !piece.is_empty() {
                 // A closed stdout ends the reply; the next read ends the chat.
                 if out

@@ -6,14 +6,14 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use lamina_kernels::pool::Rayon;
+use lamina_kernels::pool::ThreadPool;
 use lamina_model::generate::{DEFAULT_BATCH, GenerateOptions, Session};
 use lamina_model::sampling::{Sampler, SamplerParams};
 use lamina_model::tokenizer::Tokenizer;
 use lamina_model::{KvType, Model};
 use serde_json::json;
 
-use crate::embed::init_threads;
+use crate::embed::thread_pool;
 use crate::models;
 
 /// The default context: the training context, at most this.
@@ -102,17 +102,18 @@ impl SampleArgs {
     }
 }
 
-/// A generative model and its tokenizer.
+/// A generative model, its tokenizer and the compute pool.
 pub struct Loaded {
     pub model: Model,
     pub tok: Tokenizer,
     pub n_ctx: usize,
+    pub pool: Box<dyn ThreadPool>,
 }
 
 impl ModelArgs {
     /// Starts the thread pool, opens the model and its tokenizer, and picks the context.
     pub fn load(&self) -> Result<Loaded> {
-        init_threads(self.threads)?;
+        let pool = thread_pool(self.threads)?;
         let path = models::resolve(&self.model)?;
         let t0 = Instant::now();
         let model = Model::open(&path).with_context(|| format!("loading {}", path.display()))?;
@@ -144,7 +145,12 @@ impl ModelArgs {
             model.isa(),
             rayon::current_num_threads()
         );
-        Ok(Loaded { model, tok, n_ctx })
+        Ok(Loaded {
+            model,
+            tok,
+            n_ctx,
+            pool,
+        })
     }
 
     pub fn kv(&self) -> KvType {
@@ -251,10 +257,10 @@ pub fn run(args: Args) -> Result<()> {
         write!(out, "{prompt}")?;
         out.flush()?;
     }
-    let pre = session.prefill(&ids, &Rayon)?;
+    let pre = session.prefill(&ids, &*loaded.pool)?;
     let mut write_err = None;
     let json = args.json;
-    let output = session.generate(&mut sampler, &opts, &Rayon, &mut |piece| {
+    let output = session.generate(&mut sampler, &opts, &*loaded.pool, &mut |piece| {
         if json || piece.is_empty() {
             return true;
         }

@@ -5,7 +5,6 @@
 use std::io::Write;
 
 use anyhow::{Context, Result, bail};
-use lamina_kernels::pool::Rayon;
 use lamina_model::{KvCache, Workspace};
 use serde_json::json;
 
@@ -69,7 +68,7 @@ pub fn run(args: Args) -> Result<()> {
         let out = &mut logits[..part.len() * n_vocab];
         loaded
             .model
-            .forward_cached(&mut ws, &mut cache, part, true, out, &Rayon)
+            .forward_cached(&mut ws, &mut cache, part, true, out, &*loaded.pool)
             .context("forward pass")?;
         for row in out.chunks_exact(n_vocab) {
             order.clear();
