@@ -549,6 +549,11 @@ pub(crate) struct Peak {
 }
 
 impl Peak {
+    /// The table cell: peak RSS, split into file-backed and anonymous.
+    fn cell(&self) -> Cell {
+        Cell::mem(self.hwm_kb, self.file_kb, self.anon_kb)
+    }
+
     fn add(&mut self, m: &Mem) {
         self.hwm_kb = self.hwm_kb.max(m.hwm_kb).max(m.rss_kb);
         self.file_kb = self.file_kb.max(m.rss_file_kb);
@@ -939,16 +944,8 @@ fn embed(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
     report.row(
         format!("peak RSS, batch of {BATCH}"),
         Better::Lower,
-        Ok(Cell::mem(
-            ours_peak.hwm_kb,
-            ours_peak.file_kb,
-            ours_peak.anon_kb,
-        )),
-        Ok(Cell::mem(
-            theirs_peak.hwm_kb,
-            theirs_peak.file_kb,
-            theirs_peak.anon_kb,
-        )),
+        Ok(ours_peak.cell()),
+        Ok(theirs_peak.cell()),
     );
     report.detail.insert(
         "batch".into(),
@@ -1005,16 +1002,8 @@ fn embed(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
     report.row(
         "peak RSS, one-shot CLI embedding",
         Better::Lower,
-        Ok(Cell::mem(
-            ours_peak.hwm_kb,
-            ours_peak.file_kb,
-            ours_peak.anon_kb,
-        )),
-        Ok(Cell::mem(
-            theirs_peak.hwm_kb,
-            theirs_peak.file_kb,
-            theirs_peak.anon_kb,
-        )),
+        Ok(ours_peak.cell()),
+        Ok(theirs_peak.cell()),
     );
     report.detail.insert(
         "one_shot".into(),

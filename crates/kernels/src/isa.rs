@@ -71,9 +71,10 @@ impl Isa {
     ///
     /// AVX-512 VNNI is opt-in (`LAMINA_ISA=avx512`): its kernels keep AVX2's
     /// per-block arithmetic (batch invariance across the two), and so written
-    /// they measured slower than AVX2 on the AVX-512 machines here (SmolLM2
-    /// Q8_0 tg 27 vs 58 tokens/s, pp64 446 vs 512; EmbeddingGemma Q8_0 batch
-    /// of 96 27 vs 32 embeddings/s, 2 threads, 2026-11-23).
+    /// its tiles measured slower than AVX2's on the AVX-512 machines here
+    /// (SmolLM2 Q8_0 pp128 439–447 vs 469–474 tokens/s; EmbeddingGemma Q8_0
+    /// batch of 96 25.6–26.6 vs 28.4–29.1 embeddings/s; tg level; 2 threads,
+    /// 2026-11-23).
     pub fn best_available() -> Isa {
         [Isa::Avx2, Isa::NeonDotprod, Isa::Neon]
             .into_iter()

@@ -42,11 +42,13 @@ mod miri_avx512 {
             return;
         }
         let k = entry(Isa::Avx512Vnni, ty);
+        // The VNNI tiles replace AVX2's (the row kernels only for the K-quants).
+        let tile = |k: &crate::TypeKernels| k.tiles.map(|t| t.x8 as usize);
         assert!(
-            k.simd.vec_dot,
-            "{ty}: the AVX-512 table must use a VNNI kernel"
+            tile(k).is_some() && tile(k) != tile(entry(Isa::Avx2, ty)),
+            "{ty}: the AVX-512 table must use VNNI tiles"
         );
-        // 3 blocks: an odd count exercises the Q8_0 pair loop's tail.
+        // 3 blocks: an odd count exercises the remainder paths.
         if cfg!(miri) {
             for (seed, style) in [(1, 0), (2, 4), (3, 3), (4, 2)] {
                 check_dot_only(k, seed, 3, style);

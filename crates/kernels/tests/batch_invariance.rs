@@ -79,7 +79,7 @@ fn avx512_row_kernels_give_avx2_bits() {
         eprintln!("skipped: this CPU has no AVX-512 VNNI");
         return;
     }
-    for ty in [GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K] {
+    for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
         let (k2, k5) = (
             kernels_for(ty, Isa::Avx2).unwrap(),
             kernels_for(ty, Isa::Avx512Vnni).unwrap(),

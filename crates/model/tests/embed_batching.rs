@@ -5,6 +5,8 @@
 //! Reads `embeddinggemma-300m-Q8_0.gguf` (else the F32 file) from the models
 //! directory; without either it says so on stderr and passes.
 
+mod common;
+
 use lamina_kernels::pool::Rayon;
 use lamina_model::embed::{EmbedOptions, Embedder};
 
@@ -71,16 +73,7 @@ fn texts() -> Vec<String> {
 
 #[test]
 fn batch_of_96_equals_one_at_a_time() {
-    let dir = lamina_gguf::models_dir();
-    let Some(path) = ["Q8_0", "F32"]
-        .iter()
-        .map(|q| dir.join(format!("embeddinggemma-300m-{q}.gguf")))
-        .find(|p| p.exists())
-    else {
-        eprintln!(
-            "SKIPPED: no embeddinggemma-300m-{{Q8_0,F32}}.gguf in {} (run `cargo xtask models`, or set LAMINA_MODELS)",
-            dir.display()
-        );
+    let Some(path) = common::embedding_model() else {
         return;
     };
     let mut e = Embedder::open(&path).unwrap();

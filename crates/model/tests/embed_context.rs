@@ -4,22 +4,15 @@
 //! Reads `embeddinggemma-300m-Q8_0.gguf` (else the F32 file) from the models
 //! directory; without either it says so on stderr and passes.
 
+mod common;
+
 use lamina_kernels::pool::Rayon;
 use lamina_model::ModelError;
 use lamina_model::embed::{EmbedOptions, Embedder};
 
 #[test]
 fn long_input_errors_or_truncates() {
-    let dir = lamina_gguf::models_dir();
-    let Some(path) = ["Q8_0", "F32"]
-        .iter()
-        .map(|q| dir.join(format!("embeddinggemma-300m-{q}.gguf")))
-        .find(|p| p.exists())
-    else {
-        eprintln!(
-            "SKIPPED: no embeddinggemma-300m-{{Q8_0,F32}}.gguf in {} (run `cargo xtask models`, or set LAMINA_MODELS)",
-            dir.display()
-        );
+    let Some(path) = common::embedding_model() else {
         return;
     };
     let mut e = Embedder::open(&path).unwrap();

@@ -9,6 +9,8 @@
 //! Reads `embeddinggemma-300m-Q8_0.gguf` (else the F32 file) from the models
 //! directory; without either it says so on stderr and passes.
 
+mod common;
+
 use std::ops::Range;
 
 use lamina_kernels::alloc_count::{CountingAlloc, allocations};
@@ -34,16 +36,7 @@ fn batch(lens: &[usize]) -> (Vec<u32>, Vec<Range<usize>>) {
 
 #[test]
 fn forward_sequences_does_not_allocate_once_sized() {
-    let dir = lamina_gguf::models_dir();
-    let Some(path) = ["Q8_0", "F32"]
-        .iter()
-        .map(|q| dir.join(format!("embeddinggemma-300m-{q}.gguf")))
-        .find(|p| p.exists())
-    else {
-        eprintln!(
-            "SKIPPED: no embeddinggemma-300m-{{Q8_0,F32}}.gguf in {} (run `cargo xtask models`, or set LAMINA_MODELS)",
-            dir.display()
-        );
+    let Some(path) = common::embedding_model() else {
         return;
     };
     let model = Model::open(&path).unwrap();

@@ -238,7 +238,7 @@ legacy_kernels! {
 
 /// Eight `i32 × 8` vectors → one vector of their eight horizontal sums, in order.
 #[inline(always)]
-pub(super) unsafe fn hsum8_i32(p: &[__m256i; 8]) -> __m256i {
+unsafe fn hsum8_i32(p: &[__m256i; 8]) -> __m256i {
     // SAFETY: AVX2 is enabled in every kernel calling this.
     unsafe {
         let s01 = _mm256_hadd_epi32(p[0], p[1]);
@@ -257,7 +257,7 @@ pub(super) unsafe fn hsum8_i32(p: &[__m256i; 8]) -> __m256i {
 
 /// Four `i32 × 8` vectors → one vector of their four horizontal sums, in order.
 #[inline(always)]
-pub(super) unsafe fn hsum4_i32(p: &[__m256i; 4]) -> __m128i {
+unsafe fn hsum4_i32(p: &[__m256i; 4]) -> __m128i {
     // SAFETY: AVX2 is enabled in every kernel calling this.
     unsafe {
         let s = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
@@ -265,35 +265,52 @@ pub(super) unsafe fn hsum4_i32(p: &[__m256i; 4]) -> __m128i {
     }
 }
 
-/// One legacy weight row (blocks of `wsize` bytes decoded by `quants`)
-/// against a packed group of 8 Q8_0 rows (see [`crate::pack`]).
+/// One weight block's exact integer dot with each of `R` packed Q8_0 rows
+/// (32 bytes each, back to back at `y`): one `i32 × 8` vector per row whose
+/// lanes sum to it. The tiles add each vector up, so only that sum matters.
+pub(super) type RowSums<const R: usize> = unsafe fn(__m256i, *const u8) -> [__m256i; R];
+
+/// [`RowSums`] with `maddubs` + `madd` and the sign trick.
 #[inline(always)]
-unsafe fn legacy_tile8(
+unsafe fn row_sums<const R: usize>(qx: __m256i, y: *const u8) -> [__m256i; R] {
+    // SAFETY: `y` holds `R` rows of 32 bytes (the caller's packed group);
+    // AVX2 is enabled in every kernel calling this.
+    unsafe {
+        let ones = _mm256_set1_epi16(1);
+        let ax = abs_u8(qx);
+        let mut p = [_mm256_setzero_si256(); R];
+        for (c, p) in p.iter_mut().enumerate() {
+            let s = signed_like(load(y.add(32 * c)), qx);
+            *p = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, s), ones);
+        }
+        p
+    }
+}
+
+/// One legacy weight row (blocks of `wsize` bytes decoded by `quants`)
+/// against a packed group of 8 Q8_0 rows (see [`crate::pack`]): per block,
+/// the exact row sums (`sums`, the ISA's integer part), then
+/// `acc = fma(d_w·d_a, Σ, acc)` per row — the row kernels' arithmetic, so a
+/// token's result does not depend on its place in a batch.
+#[inline(always)]
+pub(super) unsafe fn legacy_tile8(
     nb: usize,
     w: *const u8,
     wsize: usize,
     packed: *const u8,
     quants: unsafe fn(*const u8) -> __m256i,
+    sums: RowSums<8>,
 ) -> [f32; 8] {
     // SAFETY: the wrappers checked `nb` weight blocks and `nb` packed block groups;
-    // AVX2/FMA/F16C are enabled.
+    // the callers enable AVX2/FMA/F16C and whatever `sums` needs.
     unsafe {
-        let ones = _mm256_set1_epi16(1);
         let gb = crate::pack::q8_0_group_block(8);
         let mut acc = _mm256_setzero_ps();
         for i in 0..nb {
-            let x = w.add(i * wsize);
-            let qx = quants(x);
-            let ax = abs_u8(qx);
-            let y = packed.add(i * gb);
-            let mut p = [_mm256_setzero_si256(); 8];
-            for (c, p) in p.iter_mut().enumerate() {
-                let s = signed_like(load(y.add(32 * c)), qx);
-                *p = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, s), ones);
-            }
-            let sums = _mm256_cvtepi32_ps(hsum8_i32(&p));
+            let (x, y) = (w.add(i * wsize), packed.add(i * gb));
+            let s = _mm256_cvtepi32_ps(hsum8_i32(&sums(quants(x), y)));
             let d = _mm256_mul_ps(_mm256_set1_ps(fp16(x)), _mm256_loadu_ps(y.add(256).cast()));
-            acc = _mm256_fmadd_ps(d, sums, acc);
+            acc = _mm256_fmadd_ps(d, s, acc);
         }
         let mut out = [0.0f32; 8];
         _mm256_storeu_ps(out.as_mut_ptr(), acc);
@@ -303,31 +320,23 @@ unsafe fn legacy_tile8(
 
 /// [`legacy_tile8`] for a packed group of 4 rows.
 #[inline(always)]
-unsafe fn legacy_tile4(
+pub(super) unsafe fn legacy_tile4(
     nb: usize,
     w: *const u8,
     wsize: usize,
     packed: *const u8,
     quants: unsafe fn(*const u8) -> __m256i,
+    sums: RowSums<4>,
 ) -> [f32; 4] {
     // SAFETY: as for `legacy_tile8`, with groups of 4 rows.
     unsafe {
-        let ones = _mm256_set1_epi16(1);
         let gb = crate::pack::q8_0_group_block(4);
         let mut acc = _mm_setzero_ps();
         for i in 0..nb {
-            let x = w.add(i * wsize);
-            let qx = quants(x);
-            let ax = abs_u8(qx);
-            let y = packed.add(i * gb);
-            let mut p = [_mm256_setzero_si256(); 4];
-            for (c, p) in p.iter_mut().enumerate() {
-                let s = signed_like(load(y.add(32 * c)), qx);
-                *p = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, s), ones);
-            }
-            let sums = _mm_cvtepi32_ps(hsum4_i32(&p));
+            let (x, y) = (w.add(i * wsize), packed.add(i * gb));
+            let s = _mm_cvtepi32_ps(hsum4_i32(&sums(quants(x), y)));
             let d = _mm_mul_ps(_mm_set1_ps(fp16(x)), _mm_loadu_ps(y.add(128).cast()));
-            acc = _mm_fmadd_ps(d, sums, acc);
+            acc = _mm_fmadd_ps(d, s, acc);
         }
         let mut out = [0.0f32; 4];
         _mm_storeu_ps(out.as_mut_ptr(), acc);

@@ -7,7 +7,7 @@
 //! only intrinsics Miri implements are used here, and f16 scales are decoded
 //! in software.
 
-use super::avx2::{hsum_f32, hsum4_i32, hsum8_i32, q4_0_quants, q5_0_quants, q8_0_quants};
+use super::avx2::{hsum_f32, legacy_tile4, legacy_tile8, q4_0_quants, q5_0_quants, q8_0_quants};
 use crate::GgmlType;
 use crate::scalar::{k4_scales_mins, row_blocks};
 use core::arch::x86_64::*;
@@ -36,57 +36,6 @@ unsafe fn load256(p: *const u8) -> __m256i {
 unsafe fn cat(lo: __m256i, hi: __m256i) -> __m512i {
     // SAFETY: AVX-512F is enabled in every caller.
     unsafe { _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi) }
-}
-
-/// Σ of four `w · a` per i32 lane for signed `w` (may be -128) and `a` ∈ [-127, 127].
-#[inline(always)]
-unsafe fn dot_signed(acc: __m512i, w: __m512i, a: __m512i) -> __m512i {
-    // SAFETY: AVX-512F/BW + VNNI are enabled in every caller.
-    unsafe {
-        let neg = _mm512_movepi8_mask(w);
-        let a = _mm512_mask_sub_epi8(a, neg, _mm512_setzero_si512(), a);
-        _mm512_dpbusd_epi32(acc, _mm512_abs_epi8(w), a)
-    }
-}
-
-/// Σ_blocks d_w·d_a·Σ(w·a), two blocks per `vpdpbusd`. Each block's integer
-/// sum is exact and is accumulated as `acc = fma(d_w·d_a, Σ, acc)` in block
-/// order, the contract of the AVX2 row kernel and 1×8/1×4 tiles, so a
-/// token's result is the same bits wherever it sits in a batch.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn k_q8_0(nb: usize, w: *const u8, a: *const u8) -> f32 {
-    // SAFETY: both rows hold `nb` 34-byte blocks (checked by the wrapper).
-    unsafe {
-        let mut acc = 0.0f32;
-        let mut i = 0;
-        while i < nb {
-            // Two blocks per 64-byte vector; an odd last block pairs with zeros.
-            let two = i + 1 < nb;
-            let (x0, y0) = (w.add(34 * i), a.add(34 * i));
-            let (qx1, qy1) = if two {
-                let (x1, y1) = (w.add(34 * (i + 1)), a.add(34 * (i + 1)));
-                (load256(x1.add(2)), load256(y1.add(2)))
-            } else {
-                (_mm256_setzero_si256(), _mm256_setzero_si256())
-            };
-            let qx = cat(load256(x0.add(2)), qx1);
-            let qy = cat(load256(y0.add(2)), qy1);
-            let mut lanes = [0i32; 16];
-            _mm512_storeu_si512(
-                lanes.as_mut_ptr().cast(),
-                dot_signed(_mm512_setzero_si512(), qx, qy),
-            );
-            let s0: i32 = lanes[..8].iter().sum();
-            acc = (fp16(x0) * fp16(y0)).mul_add(s0 as f32, acc);
-            if two {
-                let (x1, y1) = (w.add(34 * (i + 1)), a.add(34 * (i + 1)));
-                let s1: i32 = lanes[8..].iter().sum();
-                acc = (fp16(x1) * fp16(y1)).mul_add(s1 as f32, acc);
-            }
-            i += 2;
-        }
-        acc
-    }
 }
 
 /// The two 256-bit halves of `v` added: lane `l` of the result sums lanes
@@ -291,10 +240,9 @@ k_kernels! {
         vec_dot_q6_k, vec_dot_x4_q6_k, tile8_q6_k, tile4_q6_k;
 }
 
-/// One weight block's exact integer dot with each of `R` packed Q8_0 rows
-/// (32 bytes each, back to back at `y`), two rows per `vpdpbusd`: one
-/// `i32 × 8` vector per row whose lanes sum to it, as the AVX2 tiles' `madd`
-/// gives (only the sum is used, and it is exact either way).
+/// [`super::avx2::RowSums`] with `vpdpbusd`, two rows per instruction: the
+/// same exact sums, so [`legacy_tile8`]/[`legacy_tile4`] over it give the
+/// AVX2 tiles' bits.
 #[inline(always)]
 unsafe fn row_sums<const R: usize>(qx: __m256i, y: *const u8) -> [__m256i; R] {
     // SAFETY: `y` holds `R` rows of 32 bytes (the callers' packed group);
@@ -315,73 +263,9 @@ unsafe fn row_sums<const R: usize>(qx: __m256i, y: *const u8) -> [__m256i; R] {
     }
 }
 
-/// One legacy weight row (blocks of `wsize` bytes whose signed quants
-/// `quants` decodes) against a packed group of 8 Q8_0 rows
-/// ([`crate::pack`]): the AVX2 1×8 tile with `vpdpbusd` over two rows at a
-/// time in place of `maddubs` + `madd`. The per-block row sums are the same
-/// exact integers and the float steps the same, so the results are its bits
-/// (and so the row kernels').
-#[inline(always)]
-unsafe fn legacy_tile8(
-    nb: usize,
-    w: *const u8,
-    wsize: usize,
-    packed: *const u8,
-    quants: unsafe fn(*const u8) -> __m256i,
-) -> [f32; 8] {
-    // SAFETY: the wrappers checked `nb` weight blocks and `nb` packed block
-    // groups; AVX-512 F/BW/VL + VNNI are enabled in the callers.
-    unsafe {
-        let gb = crate::pack::q8_0_group_block(8);
-        let mut acc = _mm256_setzero_ps();
-        for i in 0..nb {
-            let (x, y) = (w.add(i * wsize), packed.add(i * gb));
-            let sums = _mm256_cvtepi32_ps(hsum8_i32(&row_sums::<8>(quants(x), y)));
-            let d = _mm256_mul_ps(_mm256_set1_ps(fp16(x)), _mm256_loadu_ps(y.add(256).cast()));
-            acc = _mm256_fmadd_ps(d, sums, acc);
-        }
-        let mut out = [0.0f32; 8];
-        _mm256_storeu_ps(out.as_mut_ptr(), acc);
-        out
-    }
-}
-
-/// [`legacy_tile8`] for a packed group of 4 rows.
-#[inline(always)]
-unsafe fn legacy_tile4(
-    nb: usize,
-    w: *const u8,
-    wsize: usize,
-    packed: *const u8,
-    quants: unsafe fn(*const u8) -> __m256i,
-) -> [f32; 4] {
-    // SAFETY: as for `legacy_tile8`, with groups of 4 rows.
-    unsafe {
-        let gb = crate::pack::q8_0_group_block(4);
-        let mut acc = _mm_setzero_ps();
-        for i in 0..nb {
-            let (x, y) = (w.add(i * wsize), packed.add(i * gb));
-            let sums = _mm_cvtepi32_ps(hsum4_i32(&row_sums::<4>(quants(x), y)));
-            let d = _mm_mul_ps(_mm_set1_ps(fp16(x)), _mm_loadu_ps(y.add(128).cast()));
-            acc = _mm_fmadd_ps(d, sums, acc);
-        }
-        let mut out = [0.0f32; 4];
-        _mm_storeu_ps(out.as_mut_ptr(), acc);
-        out
-    }
-}
-
 legacy_tile_fns! {
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni";
     Q8_0, 34, q8_0_quants, k_q8_0_x8 => tile8_q8_0, k_q8_0_t4 => tile4_q8_0;
     Q4_0, 18, q4_0_quants, k_q4_0_x8 => tile8_q4_0, k_q4_0_t4 => tile4_q4_0;
     Q5_0, 22, q5_0_quants, k_q5_0_x8 => tile8_q5_0, k_q5_0_t4 => tile4_q5_0;
-}
-
-pub(crate) fn vec_dot_q8_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let nb = row_blocks(GgmlType::Q8_0, n, w);
-    row_blocks(GgmlType::Q8_0, n, a);
-    // SAFETY: both rows hold `nb` blocks (checked above); reachable only through the
-    // AVX512 table, handed out after AVX-512 F/BW/VL + VNNI were detected.
-    unsafe { k_q8_0(nb, w.as_ptr(), a.as_ptr()) }
 }

@@ -2,24 +2,27 @@
 //!
 //! [`AVX2`] replaces the scalar kernels with `avx2` ones where they exist;
 //! [`AVX512`] starts from [`AVX2`] (every AVX-512 VNNI CPU has AVX2) and
-//! replaces the Q8_0, Q4_K and Q6_K dot products and the Q8_0, Q4_0, Q5_0,
-//! Q4_K and Q6_K tiles with VNNI ones that keep AVX2's arithmetic (the same
-//! bits: batch invariance holds across the two tables too).
+//! replaces the Q4_K and Q6_K dot products and the Q8_0, Q4_0, Q5_0, Q4_K
+//! and Q6_K tiles with VNNI ones that keep AVX2's arithmetic (the same bits:
+//! batch invariance holds across the two tables too). The Q8_0 row kernel
+//! stays AVX2's: under that arithmetic (an exact sum per block, then a
+//! scalar FMA chain) a VNNI version gained nothing and measured slower.
 
 /// The 1×8 and 1×4 tile functions of the legacy (Q8_0-activation) types for
-/// one ISA: `#[target_feature]` entry points over that module's generic
-/// `legacy_tile8`/`legacy_tile4`, and the checked wrappers the tables hold.
+/// one ISA: `#[target_feature]` entry points over [`avx2::legacy_tile8`] /
+/// [`avx2::legacy_tile4`] with the invoking module's `row_sums` (its integer
+/// part), and the checked wrappers the tables hold.
 macro_rules! legacy_tile_fns {
     ($feat:literal; $($ty:ident, $size:expr, $quants:ident, $k8:ident => $f8:ident, $k4:ident => $f4:ident;)*) => {$(
         #[target_feature(enable = $feat)]
         unsafe fn $k8(nb: usize, w: *const u8, packed: *const u8) -> [f32; 8] {
             // SAFETY: forwarded from the wrapper's checks.
-            unsafe { legacy_tile8(nb, w, $size, packed, $quants) }
+            unsafe { legacy_tile8(nb, w, $size, packed, $quants, row_sums::<8>) }
         }
         #[target_feature(enable = $feat)]
         unsafe fn $k4(nb: usize, w: *const u8, packed: *const u8) -> [f32; 4] {
             // SAFETY: forwarded from the wrapper's checks.
-            unsafe { legacy_tile4(nb, w, $size, packed, $quants) }
+            unsafe { legacy_tile4(nb, w, $size, packed, $quants, row_sums::<4>) }
         }
         pub(crate) fn $f8(n: usize, w: &[u8], packed: &[u8]) -> [f32; 8] {
             let nb = row_blocks(GgmlType::$ty, n, w);
@@ -175,7 +178,7 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
     ),
     with(AVX2[6], V, None, None, None),
     tiles(
-        with(AVX2[7], V, None, Some(avx512::vec_dot_q8_0), None),
+        with(AVX2[7], V, None, None, None),
         avx512::tile8_q8_0,
         avx512::tile4_q8_0,
     ),

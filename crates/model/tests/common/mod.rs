@@ -1,4 +1,4 @@
-//! Shared by the generation tests: model files and the llama.cpp gold.
+//! Shared by the model tests: model files and the llama.cpp gold.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -22,6 +22,23 @@ pub fn required(name: &str) -> PathBuf {
         p.display()
     );
     p
+}
+
+/// An EmbeddingGemma GGUF (Q8_0, else F32) from `cargo xtask models`, or
+/// `None` and a message saying the test is skipped.
+pub fn embedding_model() -> Option<PathBuf> {
+    let dir = lamina_gguf::models_dir();
+    let found = ["Q8_0", "F32"]
+        .iter()
+        .map(|q| dir.join(format!("embeddinggemma-300m-{q}.gguf")))
+        .find(|p| p.exists());
+    if found.is_none() {
+        eprintln!(
+            "SKIPPED: no embeddinggemma-300m-{{Q8_0,F32}}.gguf in {} (run `cargo xtask models`, or set LAMINA_MODELS)",
+            dir.display()
+        );
+    }
+    found
 }
 
 /// A model the gold was made from, if it is present and is the very file
