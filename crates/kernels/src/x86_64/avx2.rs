@@ -118,6 +118,31 @@ unsafe fn bytes_from_bits(p: *const u8) -> __m256i {
     }
 }
 
+/// How far ahead of the block being multiplied the weight stream is
+/// prefetched. The hardware prefetchers alone left single-token matmul at
+/// about 12 GB/s on 2 threads of a server part whose plain streaming read
+/// reaches 20; a software prefetch a few rows ahead brought it to 16-18
+/// (measured on SmolLM2's 576- and 1536-column Q8_0 rows).
+pub(super) const PREFETCH_AHEAD: usize = 3072;
+
+/// Prefetches the cache lines of the weight block of `size` bytes that lies
+/// [`PREFETCH_AHEAD`] bytes after `p` (blocks are contiguous, so one
+/// prefetch per 64 bytes of each block reaches every line). A prefetch
+/// never faults, so running past the end of the matrix is harmless.
+#[inline(always)]
+pub(super) unsafe fn prefetch_block(p: *const u8, size: usize) {
+    if cfg!(miri) {
+        return;
+    }
+    let mut o = 0;
+    while o < size {
+        // SAFETY: `_mm_prefetch` is a hint: it never faults and reads no value,
+        // whatever the address; `wrapping_add` forms the address without UB.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH_AHEAD + o).cast()) };
+        o += 64;
+    }
+}
+
 // ------------------------------------------------------- legacy dot products
 
 /// The signed 32 quants of one legacy weight block.
@@ -167,6 +192,7 @@ unsafe fn legacy_q8_0<const N: usize>(
             let mut dx = [0.0f32; 8];
             for b in 0..8 {
                 let x = w.add((i + b) * wsize);
+                prefetch_block(x, wsize);
                 let qx = quants(x);
                 let ax = abs_u8(qx);
                 dx[b] = fp16(x);
@@ -187,6 +213,7 @@ unsafe fn legacy_q8_0<const N: usize>(
         }
         for i in i..nb {
             let x = w.add(i * wsize);
+            prefetch_block(x, wsize);
             let qx = quants(x);
             let ax = abs_u8(qx);
             let dx = fp16(x);
@@ -418,6 +445,7 @@ unsafe fn q45_k<const N: usize, const HIGH: bool>(
         let mut accm = [0.0f32; N];
         for i in 0..nb {
             let x = w.add(i * bsize);
+            prefetch_block(x, bsize);
             let ys = a.map(|p| p.add(i * 292));
             let (dx, dminx) = (fp16(x), fp16(x.add(2)));
             let (scales, mins) = k4_scales_mins(&*x.add(4).cast::<[u8; 12]>());
@@ -473,6 +501,7 @@ unsafe fn q6_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f
         let mut acc = [_mm256_setzero_ps(); N];
         for i in 0..nb {
             let x = w.add(i * 210);
+            prefetch_block(x, 210);
             let ys = a.map(|p| p.add(i * 292));
             let dx = fp16(x.add(208));
             let sc = &*x.add(192).cast::<[i8; 16]>();

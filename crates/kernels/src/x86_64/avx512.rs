@@ -2,12 +2,14 @@
 //! products into each i32 lane without the 16-bit saturation of `maddubs`.
 //!
 //! Reachable only through [`super::AVX512`], handed out after detection.
-//! No native or QEMU execution exists on the build machines: the tests named
-//! `miri_avx512_*` run these kernels under Miri (see `.ci/isa-tests.sh`), so
-//! only intrinsics Miri implements are used here, and f16 scales are decoded
-//! in software.
+//! The tests run them natively where the CPU has AVX-512 VNNI, and the tests
+//! named `miri_avx512_*` run them under Miri on any x86-64 machine (see
+//! `.ci/isa-tests.sh`), so only intrinsics Miri implements are used here, and
+//! f16 scales are decoded in software.
 
-use super::avx2::{hsum_f32, legacy_tile4, legacy_tile8, q4_0_quants, q5_0_quants, q8_0_quants};
+use super::avx2::{
+    hsum_f32, legacy_tile4, legacy_tile8, prefetch_block, q4_0_quants, q5_0_quants, q8_0_quants,
+};
 use crate::GgmlType;
 use crate::scalar::{k4_scales_mins, row_blocks};
 use core::arch::x86_64::*;
@@ -62,6 +64,7 @@ unsafe fn q4_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f
         let mut summ = [0.0f32; N];
         for i in 0..nb {
             let x = w.add(144 * i);
+            prefetch_block(x, 144);
             let ys = a.map(|p| p.add(292 * i));
             let (scales, mins) = k4_scales_mins(&*x.add(4).cast::<[u8; 12]>());
             let mut sumi = [_mm512_setzero_si512(); N];
@@ -118,6 +121,7 @@ unsafe fn q6_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f
         let mut acc = [_mm256_setzero_ps(); N];
         for i in 0..nb {
             let x = w.add(210 * i);
+            prefetch_block(x, 210);
             let ys = a.map(|p| p.add(292 * i));
             let sc = &*x.add(192).cast::<[i8; 16]>();
             let mut sumi = [_mm512_setzero_si512(); N];
