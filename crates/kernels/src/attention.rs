@@ -9,18 +9,22 @@
 //! straight into the output row, so nothing is allocated.
 //!
 //! Work is split over (query chunk × head) tasks on a [`ThreadPool`]; tasks
-//! write disjoint output rows.
+//! write disjoint output rows. Each (query, head) row goes through the row
+//! kernel of the selected ISA ([`AttendFn`]): the portable one here, the
+//! AVX2 one on x86-64. A row's result depends only on its query, its key
+//! range and the ISA, never on the other rows of the call, so a token's
+//! output is the same alone or inside a batch.
 
 use std::ops::Range;
 
 use half::f16;
 
-use crate::KernelError;
 use crate::ops;
 use crate::pool::ThreadPool;
+use crate::{Isa, KernelError};
 
 /// Keys scored per softmax update.
-const KEY_BLOCK: usize = 32;
+pub(crate) const KEY_BLOCK: usize = 32;
 /// Largest head dimension supported (f16 rows are widened into a stack buffer).
 pub const MAX_HEAD_DIM: usize = 512;
 
@@ -54,6 +58,36 @@ pub struct AttnShape {
     pub softcap: Option<f32>,
 }
 
+/// One (query, head) row of an attention call.
+#[derive(Clone, Debug)]
+pub(crate) struct RowArgs<'a> {
+    /// The query head (`head_dim` values).
+    pub q: &'a [f32],
+    pub k: KvRows<'a>,
+    pub v: KvRows<'a>,
+    /// Offset of the kv head inside each key/value row.
+    pub off: usize,
+    /// Values per key/value row (`n_head_kv × head_dim`).
+    pub kv_row: usize,
+    /// The key rows attended to.
+    pub keys: Range<usize>,
+    pub scale: f32,
+    pub softcap: Option<f32>,
+}
+
+/// The row kernel of an ISA: writes the row's `head_dim` outputs.
+pub(crate) type AttendFn = fn(RowArgs<'_>, &mut [f32]);
+
+/// The row kernel `isa` uses for heads of `head_dim` values.
+fn row_kernel(isa: Isa, head_dim: usize) -> AttendFn {
+    #[cfg(target_arch = "x86_64")]
+    if matches!(isa, Isa::Avx2 | Isa::Avx512Vnni) && head_dim.is_multiple_of(8) {
+        return crate::x86_64::avx2::attend_row;
+    }
+    let _ = (isa, head_dim);
+    attend_one
+}
+
 /// A shared pointer to the output, written at disjoint (query, head) rows by the tasks.
 struct Out(*mut f32);
 // SAFETY: each task writes only the `head_dim` values of its own (query, head) pairs
@@ -74,6 +108,28 @@ pub fn attention(
     out: &mut [f32],
     pool: &dyn ThreadPool,
 ) -> Result<(), KernelError> {
+    attention_on(Isa::selected()?, shape, q, k, v, keys, out, pool)
+}
+
+/// [`attention`] with the row kernel of `isa`, which this CPU must execute.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_on(
+    isa: Isa,
+    shape: &AttnShape,
+    q: &[f32],
+    k: KvRows<'_>,
+    v: KvRows<'_>,
+    keys: &(dyn Fn(usize) -> Range<usize> + Sync),
+    out: &mut [f32],
+    pool: &dyn ThreadPool,
+) -> Result<(), KernelError> {
+    if !isa.is_available() {
+        return Err(KernelError::IsaUnavailable {
+            requested: isa.name(),
+            missing: isa.features(),
+            best: Isa::best_available().name(),
+        });
+    }
     let AttnShape {
         n_head,
         n_head_kv,
@@ -107,6 +163,7 @@ pub fn attention(
         }
     }
     let group = n_head / n_head_kv;
+    let row = row_kernel(isa, hd);
     // Tasks: (chunk of queries) × head; a chunk small enough to balance threads.
     let q_chunk = n_q
         .div_ceil((pool.threads() * 4).div_ceil(n_head).max(1))
@@ -123,25 +180,35 @@ pub fn attention(
             // SAFETY: `o_start + hd <= n_q * q_row == out.len()` (checked above), and the
             // (t, h) pair is visited by exactly one task, so this row is not aliased.
             let oh = unsafe { std::slice::from_raw_parts_mut(out_ptr.0.add(o_start), hd) };
-            attend_one(shape, qh, k, v, g * hd, kv_row, keys(t), oh);
+            let args = RowArgs {
+                q: qh,
+                k,
+                v,
+                off: g * hd,
+                kv_row,
+                keys: keys(t),
+                scale: shape.scale,
+                softcap: shape.softcap,
+            };
+            row(args, oh);
         }
     });
     Ok(())
 }
 
-/// One query head against key rows `range` (kv head at offset `off` of each row).
-#[allow(clippy::too_many_arguments)]
-#[inline]
-fn attend_one(
-    shape: &AttnShape,
-    q: &[f32],
-    k: KvRows<'_>,
-    v: KvRows<'_>,
-    off: usize,
-    kv_row: usize,
-    range: Range<usize>,
-    out: &mut [f32],
-) {
+/// The portable row kernel (and the reference of the SIMD ones): one query
+/// head against its key rows.
+fn attend_one(args: RowArgs<'_>, out: &mut [f32]) {
+    let RowArgs {
+        q,
+        k,
+        v,
+        off,
+        kv_row,
+        keys: range,
+        scale,
+        softcap,
+    } = args;
     let hd = q.len();
     out.fill(0.0);
     let mut widened = [0.0f32; MAX_HEAD_DIM];
@@ -161,8 +228,8 @@ fn attend_one(
                     ops::dot(q, &widened[..hd])
                 }
             };
-            let mut x = d * shape.scale;
-            if let Some(c) = shape.softcap {
+            let mut x = d * scale;
+            if let Some(c) = softcap {
                 x = c * (x / c).tanh();
             }
             *s = x;
@@ -255,12 +322,16 @@ mod tests {
             .collect()
     }
 
+    /// Every available ISA's row kernel against the naive definition, f32
+    /// and f16 rows, for masks whose ranges have every length mod 8 and 32.
     #[test]
     fn matches_naive_for_causal_window_and_symmetric_masks() {
         for &(nh, nkv, hd, n, softcap) in &[
             (3usize, 1usize, 16usize, 70usize, None),
             (4, 2, 8, 33, Some(50.0)),
             (2, 2, 64, 5, None),
+            (2, 1, 256, 41, None),
+            (2, 1, 12, 20, None),
         ] {
             let shape = AttnShape {
                 n_head: nh,
@@ -272,48 +343,101 @@ mod tests {
             let q = pseudo(n * nh * hd, 1);
             let k: Vec<f32> = pseudo(n * nkv * hd, 2).iter().map(|x| x * 4.0).collect();
             let v = pseudo(n * nkv * hd, 3);
-            let masks: [&(dyn Fn(usize) -> Range<usize> + Sync); 3] =
-                [&|t| 0..t + 1, &|t| (t + 1).saturating_sub(7)..t + 1, &|t| {
-                    t.saturating_sub(5)..(t + 6).min(n)
-                }];
-            for keys in masks {
-                let want = naive(&shape, &q, &k, &v, keys);
-                for pool in [&Serial as &dyn ThreadPool, &Rayon] {
+            let kh: Vec<f16> = k.iter().map(|&x| f16::from_f32(x)).collect();
+            let vh: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
+            let k16: Vec<f32> = kh.iter().map(|x| x.to_f32()).collect();
+            let v16: Vec<f32> = vh.iter().map(|x| x.to_f32()).collect();
+            let masks: [&(dyn Fn(usize) -> Range<usize> + Sync); 4] = [
+                &|t| 0..t + 1,
+                &|t| (t + 1).saturating_sub(7)..t + 1,
+                &|t| t.saturating_sub(5)..(t + 6).min(n),
+                &|t| if t % 3 == 0 { t..t } else { 0..n },
+            ];
+            for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+                for keys in masks {
+                    let want = naive(&shape, &q, &k, &v, keys);
+                    for pool in [&Serial as &dyn ThreadPool, &Rayon] {
+                        let mut got = vec![f32::NAN; q.len()];
+                        attention_on(
+                            isa,
+                            &shape,
+                            &q,
+                            KvRows::F32(&k),
+                            KvRows::F32(&v),
+                            keys,
+                            &mut got,
+                            pool,
+                        )
+                        .unwrap();
+                        for (a, b) in got.iter().zip(&want) {
+                            assert!((a - b).abs() < 1e-5, "{isa} hd {hd}: {a} vs {b}");
+                        }
+                    }
+                    let want = naive(&shape, &q, &k16, &v16, keys);
                     let mut got = vec![f32::NAN; q.len()];
-                    attention(
+                    attention_on(
+                        isa,
                         &shape,
                         &q,
-                        KvRows::F32(&k),
-                        KvRows::F32(&v),
+                        KvRows::F16(&kh),
+                        KvRows::F16(&vh),
                         keys,
                         &mut got,
-                        pool,
+                        &Rayon,
                     )
                     .unwrap();
                     for (a, b) in got.iter().zip(&want) {
-                        assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+                        assert!((a - b).abs() < 1e-5, "{isa} hd {hd} f16: {a} vs {b}");
                     }
                 }
-                let kh: Vec<f16> = k.iter().map(|&x| f16::from_f32(x)).collect();
-                let vh: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
-                let k16: Vec<f32> = kh.iter().map(|x| x.to_f32()).collect();
-                let v16: Vec<f32> = vh.iter().map(|x| x.to_f32()).collect();
-                let want = naive(&shape, &q, &k16, &v16, keys);
-                let mut got = vec![0.0; q.len()];
-                attention(
-                    &shape,
-                    &q,
-                    KvRows::F16(&kh),
-                    KvRows::F16(&vh),
-                    keys,
-                    &mut got,
-                    &Rayon,
-                )
-                .unwrap();
-                for (a, b) in got.iter().zip(&want) {
-                    assert!((a - b).abs() < 1e-5, "{a} vs {b}");
-                }
             }
+        }
+    }
+
+    /// A row's output does not depend on the other rows of the call: the
+    /// same query and keys give the same bits at any place in a batch.
+    #[test]
+    fn rows_are_independent_of_the_batch() {
+        let shape = AttnShape {
+            n_head: 2,
+            n_head_kv: 1,
+            head_dim: 64,
+            scale: 0.125,
+            softcap: None,
+        };
+        let n = 50;
+        let q = pseudo(n * 2 * 64, 4);
+        let k = pseudo(n * 64, 5);
+        let v = pseudo(n * 64, 6);
+        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+            // Query 37 attends keys 20..45, alone and among 50 queries.
+            let keys = |t: usize| if t == 37 { 20..45 } else { 0..t + 1 };
+            let mut all = vec![0.0; q.len()];
+            attention_on(
+                isa,
+                &shape,
+                &q,
+                KvRows::F32(&k),
+                KvRows::F32(&v),
+                &keys,
+                &mut all,
+                &Rayon,
+            )
+            .unwrap();
+            let mut one = vec![0.0; 2 * 64];
+            let q37 = &q[37 * 128..38 * 128];
+            attention_on(
+                isa,
+                &shape,
+                q37,
+                KvRows::F32(&k),
+                KvRows::F32(&v),
+                &|_| 20..45,
+                &mut one,
+                &Serial,
+            )
+            .unwrap();
+            assert_eq!(&all[37 * 128..38 * 128], &one[..], "{isa}");
         }
     }
 

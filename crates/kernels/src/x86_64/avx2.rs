@@ -916,3 +916,267 @@ quantizers! {
     Q8_1, 32, k_quantize_q8_1 => quantize_q8_1;
     Q8_K, 256, k_quantize_q8_k => quantize_q8_k;
 }
+
+// ---------------------------------------------------------------- attention
+
+/// Eight f32 × 8 vectors → one vector of their eight horizontal sums, in order.
+#[inline(always)]
+unsafe fn hsum8_ps(p: &[__m256; 8]) -> __m256 {
+    // SAFETY: AVX is enabled in every kernel calling this.
+    unsafe {
+        let s01 = _mm256_hadd_ps(p[0], p[1]);
+        let s23 = _mm256_hadd_ps(p[2], p[3]);
+        let s45 = _mm256_hadd_ps(p[4], p[5]);
+        let s67 = _mm256_hadd_ps(p[6], p[7]);
+        let s0123 = _mm256_hadd_ps(s01, s23);
+        let s4567 = _mm256_hadd_ps(s45, s67);
+        _mm256_add_ps(
+            _mm256_permute2f128_ps::<0x20>(s0123, s4567),
+            _mm256_permute2f128_ps::<0x31>(s0123, s4567),
+        )
+    }
+}
+
+/// [`crate::ops::exp_fast`] in 8 lanes: the same range reduction and polynomial.
+#[inline(always)]
+unsafe fn exp_ps(x: __m256) -> __m256 {
+    // SAFETY: AVX2 is enabled in every kernel calling this.
+    unsafe {
+        let below = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(-87.0));
+        let x = _mm256_min_ps(
+            _mm256_max_ps(x, _mm256_set1_ps(-87.0)),
+            _mm256_set1_ps(88.0),
+        );
+        let magic = _mm256_set1_ps(12_582_912.0);
+        let n = _mm256_sub_ps(
+            _mm256_add_ps(
+                _mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)),
+                magic,
+            ),
+            magic,
+        );
+        let r = _mm256_sub_ps(
+            _mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(0.693_359_4))),
+            _mm256_mul_ps(n, _mm256_set1_ps(-2.121_944_4e-4)),
+        );
+        let mut p = _mm256_set1_ps(1.987_569_1e-4);
+        for c in [1.398_2e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5] {
+            p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(c));
+        }
+        let e = _mm256_add_ps(
+            _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(p, r), r), r),
+            _mm256_set1_ps(1.0),
+        );
+        let pow2 = _mm256_slli_epi32::<23>(_mm256_add_epi32(
+            _mm256_cvtps_epi32(n),
+            _mm256_set1_epi32(127),
+        ));
+        _mm256_andnot_ps(below, _mm256_mul_ps(e, _mm256_castsi256_ps(pow2)))
+    }
+}
+
+/// Keys per online-softmax update (the scalar path's block, for the same rescaling points).
+const KEY_BLOCK: usize = crate::attention::KEY_BLOCK;
+
+/// One query head (`hd` f32 at `q`, `hd` a multiple of 8) against key rows
+/// `start..end` (row `j`'s head at `k + j·row`, elements read by `load8`),
+/// into `out`: scores 8 keys at a time (eight FMA chains, one transposing
+/// reduction), the block's `exp` in 8 lanes, and the value rows accumulated
+/// into the output 8 dimensions at a time.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn attend<const ESIZE: usize>(
+    hd: usize,
+    q: *const f32,
+    k: *const u8,
+    v: *const u8,
+    row: usize,
+    start: usize,
+    end: usize,
+    scale: f32,
+    softcap: Option<f32>,
+    out: *mut f32,
+    load8: unsafe fn(*const u8) -> __m256,
+) {
+    // SAFETY: the wrapper checked `hd` values at `q` and `out` and that every key
+    // row of the range holds `hd` elements; AVX2/FMA/F16C are enabled.
+    unsafe {
+        let chunks = hd / 8;
+        for c in 0..chunks {
+            _mm256_storeu_ps(out.add(8 * c), _mm256_setzero_ps());
+        }
+        let (mut max, mut sum) = (f32::NEG_INFINITY, 0.0f32);
+        let mut s = [f32::NEG_INFINITY; KEY_BLOCK];
+        let mut j0 = start;
+        while j0 < end {
+            let n = (end - j0).min(KEY_BLOCK);
+            let key = |j: usize| k.add((j0 + j) * row);
+            let mut j = 0;
+            while j + 8 <= n {
+                let mut acc = [_mm256_setzero_ps(); 8];
+                for c in 0..chunks {
+                    let qv = _mm256_loadu_ps(q.add(8 * c));
+                    for (r, a) in acc.iter_mut().enumerate() {
+                        *a = _mm256_fmadd_ps(qv, load8(key(j + r).add(8 * c * ESIZE)), *a);
+                    }
+                }
+                let sv = _mm256_mul_ps(hsum8_ps(&acc), _mm256_set1_ps(scale));
+                _mm256_storeu_ps(s.as_mut_ptr().add(j), sv);
+                j += 8;
+            }
+            while j < n {
+                let mut a = _mm256_setzero_ps();
+                for c in 0..chunks {
+                    let qv = _mm256_loadu_ps(q.add(8 * c));
+                    a = _mm256_fmadd_ps(qv, load8(key(j).add(8 * c * ESIZE)), a);
+                }
+                s[j] = hsum_f32(a) * scale;
+                j += 1;
+            }
+            if let Some(c) = softcap {
+                s[..n].iter_mut().for_each(|x| *x = c * (*x / c).tanh());
+            }
+            let block_max = s[..n].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            if block_max > max {
+                let rescale = crate::ops::exp_fast(max - block_max);
+                if sum > 0.0 {
+                    let r = _mm256_set1_ps(rescale);
+                    for c in 0..chunks {
+                        let o = out.add(8 * c);
+                        _mm256_storeu_ps(o, _mm256_mul_ps(_mm256_loadu_ps(o), r));
+                    }
+                }
+                sum *= rescale;
+                max = block_max;
+            }
+            // Lanes past `n` hold -inf and give 0.
+            s[n..n.next_multiple_of(8).min(KEY_BLOCK)].fill(f32::NEG_INFINITY);
+            let m = _mm256_set1_ps(max);
+            let mut psum = _mm256_setzero_ps();
+            for c in 0..n.div_ceil(8) {
+                let p = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(s.as_ptr().add(8 * c)), m));
+                _mm256_storeu_ps(s.as_mut_ptr().add(8 * c), p);
+                psum = _mm256_add_ps(psum, p);
+            }
+            sum += hsum_f32(psum);
+            for c in 0..chunks {
+                let o = out.add(8 * c);
+                let mut acc = _mm256_loadu_ps(o);
+                for (j, &p) in s[..n].iter().enumerate() {
+                    let vj = load8(v.add((j0 + j) * row + 8 * c * ESIZE));
+                    acc = _mm256_fmadd_ps(_mm256_set1_ps(p), vj, acc);
+                }
+                _mm256_storeu_ps(o, acc);
+            }
+            j0 += n;
+        }
+        if sum > 0.0 {
+            let r = _mm256_set1_ps(1.0 / sum);
+            for c in 0..chunks {
+                let o = out.add(8 * c);
+                _mm256_storeu_ps(o, _mm256_mul_ps(_mm256_loadu_ps(o), r));
+            }
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn k_attend_f32(
+    hd: usize,
+    q: *const f32,
+    k: *const u8,
+    v: *const u8,
+    row: usize,
+    start: usize,
+    end: usize,
+    scale: f32,
+    softcap: Option<f32>,
+    out: *mut f32,
+) {
+    // SAFETY: forwarded from the wrapper's checks.
+    unsafe { attend::<4>(hd, q, k, v, row, start, end, scale, softcap, out, load8_f32) }
+}
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn k_attend_f16(
+    hd: usize,
+    q: *const f32,
+    k: *const u8,
+    v: *const u8,
+    row: usize,
+    start: usize,
+    end: usize,
+    scale: f32,
+    softcap: Option<f32>,
+    out: *mut f32,
+) {
+    // SAFETY: forwarded from the wrapper's checks.
+    unsafe { attend::<2>(hd, q, k, v, row, start, end, scale, softcap, out, load8_f16) }
+}
+
+/// [`crate::attention::AttendFn`] with AVX2 + FMA + F16C (head dimension a multiple of 8).
+pub(crate) fn attend_row(args: crate::attention::RowArgs<'_>, out: &mut [f32]) {
+    use crate::attention::KvRows;
+    let crate::attention::RowArgs {
+        q,
+        k,
+        v,
+        off,
+        kv_row,
+        keys,
+        scale,
+        softcap,
+    } = args;
+    let hd = q.len();
+    assert!(
+        hd.is_multiple_of(8) && out.len() == hd,
+        "head of {hd} values"
+    );
+    if keys.is_empty() {
+        out.fill(0.0);
+        return;
+    }
+    // Every key row of the range must hold the head: `(end-1)·kv_row + off + hd ≤ len`.
+    let fits = |len: usize| keys.is_empty() || (keys.end - 1) * kv_row + off + hd <= len;
+    match (k, v) {
+        (KvRows::F32(k), KvRows::F32(v)) => {
+            assert!(fits(k.len()) && fits(v.len()), "key rows {keys:?}");
+            // SAFETY: the rows read lie inside `k` and `v` (checked above), `q` and `out`
+            // hold `hd` values; reachable only after AVX2/FMA/F16C detection.
+            unsafe {
+                k_attend_f32(
+                    hd,
+                    q.as_ptr(),
+                    k[off..].as_ptr().cast(),
+                    v[off..].as_ptr().cast(),
+                    kv_row * 4,
+                    keys.start,
+                    keys.end,
+                    scale,
+                    softcap,
+                    out.as_mut_ptr(),
+                )
+            }
+        }
+        (KvRows::F16(k), KvRows::F16(v)) => {
+            assert!(fits(k.len()) && fits(v.len()), "key rows {keys:?}");
+            // SAFETY: as above, with f16 rows.
+            unsafe {
+                k_attend_f16(
+                    hd,
+                    q.as_ptr(),
+                    k[off..].as_ptr().cast(),
+                    v[off..].as_ptr().cast(),
+                    kv_row * 2,
+                    keys.start,
+                    keys.end,
+                    scale,
+                    softcap,
+                    out.as_mut_ptr(),
+                )
+            }
+        }
+        _ => panic!("keys and values of different types"),
+    }
+}
