@@ -69,14 +69,13 @@ impl Isa {
 
     /// The fastest available ISA: the default path.
     ///
-    /// AVX-512 VNNI is opt-in (`LAMINA_ISA=avx512`): its kernels keep AVX2's
-    /// per-block arithmetic (batch invariance across the two), and so written
-    /// its tiles measured slower than AVX2's on the AVX-512 machines here
-    /// (SmolLM2 Q8_0 pp128 439–447 vs 469–474 tokens/s; EmbeddingGemma Q8_0
-    /// batch of 96 25.6–26.6 vs 28.4–29.1 embeddings/s; tg level; 2 threads,
-    /// 2026-11-23).
+    /// AVX-512 VNNI first: its tiles (`vpdpbusd` over rows packed four bytes
+    /// at a time) beat AVX2's on the AVX-512 machine here (2 threads,
+    /// 2026-11-23: SmolLM2 Q8_0 pp512 636 vs 547 tokens/s, EmbeddingGemma
+    /// Q8_0 batch of 96 37.4 vs 31.9 embeddings/s, 12-token text 20.5 vs
+    /// 23.6 ms; Gemma 3 Q4_K_M and token generation level).
     pub fn best_available() -> Isa {
-        [Isa::Avx2, Isa::NeonDotprod, Isa::Neon]
+        [Isa::Avx512Vnni, Isa::Avx2, Isa::NeonDotprod, Isa::Neon]
             .into_iter()
             .find(|i| i.is_available())
             .unwrap_or(Isa::Scalar)

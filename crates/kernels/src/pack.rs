@@ -2,10 +2,16 @@
 //!
 //! Eight (or four) consecutive activation rows (quantized by the type's activation
 //! quantizer) become one *group*:
-//! * Q8_0: per 32-value block, the rows' 32 quants back to back, then their
-//!   scales as f32. A tile then reduces the 8 integer
-//!   dot products of a block together and scales them with one vector multiply,
-//!   instead of converting and broadcasting a scale per row and block.
+//! * Q8_0: per 32-value block, the quants four bytes (one "dword") at a time,
+//!   then the rows' scales as f32, then the sums of their quants as i32. The
+//!   quants come as 32-byte vectors, for `j` in 0..4 and each set of four
+//!   rows: dword `j` of those four rows, then their dword `j + 4`. A tile
+//!   shuffles weight dword `j` into the low 128 bits and dword `j + 4` into
+//!   the high ones (one in-lane shuffle), so one `u8·i8` multiply-add covers
+//!   four rows and two dwords; after four steps the two halves add up to the
+//!   rows' exact block sums, one row per i32 lane, with no horizontal
+//!   reduction. The quant sums take back the offset of weights made unsigned
+//!   (`Σ(w+o)·a − o·Σa`); the scales are applied with one vector multiply.
 //! * Every other activation type (Q8_K): the 8 rows as they are, back to back
 //!   (the K-quant tiles already scale once per 256-value super-block).
 
@@ -16,9 +22,10 @@ use crate::GgmlType;
 /// Rows in a group of the wide tile (a narrow tile takes [`TILE`]` / 2`).
 pub const TILE: usize = 8;
 
-/// Bytes of one packed Q8_0 block of a group of `n` rows: `n` × 32 quants + `n` f32 scales.
+/// Bytes of one packed Q8_0 block of a group of `n` rows: `n` × 32 quants,
+/// `n` f32 scales, `n` i32 quant sums.
 pub const fn q8_0_group_block(n: usize) -> usize {
-    n * 36
+    n * 40
 }
 
 /// Bytes of one packed group of `n` rows of `cols` values of activation type `act`.
@@ -38,18 +45,29 @@ pub fn needs_packing(act: GgmlType) -> bool {
 /// ([`group_bytes`] long).
 pub fn pack(act: GgmlType, cols: usize, n: usize, rows: &[u8], out: &mut [u8]) {
     assert_eq!(act, GgmlType::Q8_0, "only Q8_0 activations are packed");
+    assert!(n == 4 || n == 8, "groups of 4 or 8 rows");
     let nb = cols / 32;
     let arow = nb * 34;
     let gb = q8_0_group_block(n);
     assert_eq!(rows.len(), n * arow);
     assert_eq!(out.len(), nb * gb);
     for (i, dst) in out.chunks_exact_mut(gb).enumerate() {
-        let (quants, scales) = dst.split_at_mut(n * 32);
+        let (quants, rest) = dst.split_at_mut(n * 32);
+        let (scales, sums) = rest.split_at_mut(n * 4);
         for c in 0..n {
             let b = &rows[c * arow + i * 34..][..34];
-            quants[c * 32..(c + 1) * 32].copy_from_slice(&b[2..]);
+            let (set, lane) = (c / 4, c % 4);
+            for j in 0..4 {
+                for half in 0..2 {
+                    let at = (((j * (n / 4) + set) * 2 + half) * 4 + lane) * 4;
+                    let dword = j + 4 * half;
+                    quants[at..at + 4].copy_from_slice(&b[2 + 4 * dword..][..4]);
+                }
+            }
             let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
             scales[c * 4..(c + 1) * 4].copy_from_slice(&d.to_le_bytes());
+            let sum: i32 = b[2..].iter().map(|&q| q as i8 as i32).sum();
+            sums[c * 4..(c + 1) * 4].copy_from_slice(&sum.to_le_bytes());
         }
     }
 }

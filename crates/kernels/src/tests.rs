@@ -26,7 +26,9 @@ mod avx2 {
 #[cfg(target_arch = "x86_64")]
 mod avx512_native {
     use super::*;
-    crate::isa_proptests!(Isa::Avx512Vnni; q8_0 => Q8_0, q4_k => Q4_K, q6_k => Q6_K);
+    crate::isa_proptests!(Isa::Avx512Vnni;
+        q4_0 => Q4_0, q5_0 => Q5_0, q8_0 => Q8_0, q4_k => Q4_K, q6_k => Q6_K,
+    );
 }
 
 /// Small deterministic cases for Miri (`.ci/isa-tests.sh`), which interprets
@@ -42,12 +44,16 @@ mod miri_avx512 {
             return;
         }
         let k = entry(Isa::Avx512Vnni, ty);
-        // The VNNI tiles replace AVX2's (the row kernels only for the K-quants).
+        // VNNI kernels replace AVX2's: the tiles of the legacy types and Q6_K,
+        // the row kernels of the K-quants.
+        let avx2 = entry(Isa::Avx2, ty);
         let tile = |k: &crate::TypeKernels| k.tiles.map(|t| t.x8 as usize);
-        assert!(
-            tile(k).is_some() && tile(k) != tile(entry(Isa::Avx2, ty)),
-            "{ty}: the AVX-512 table must use VNNI tiles"
-        );
+        let vnni = if ty.block_size() == 256 {
+            k.vec_dot as usize != avx2.vec_dot as usize
+        } else {
+            tile(k).is_some() && tile(k) != tile(avx2)
+        };
+        assert!(vnni, "{ty}: the AVX-512 table must use VNNI kernels");
         // 3 blocks: an odd count exercises the remainder paths.
         if cfg!(miri) {
             for (seed, style) in [(1, 0), (2, 4), (3, 3), (4, 2)] {

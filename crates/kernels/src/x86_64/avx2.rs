@@ -282,51 +282,171 @@ unsafe fn hsum8_i32(p: &[__m256i; 8]) -> __m256i {
     }
 }
 
-/// Four `i32 × 8` vectors → one vector of their four horizontal sums, in order.
+/// Unsigned decoders for the tiles: each weight block's quants as `u8`,
+/// `w + 2^shift` (Q8_0: 128, Q4_0: 8, Q5_0: 16), so one `u8·i8` product
+/// takes them and the tile subtracts `2^shift · Σa` once per block.
 #[inline(always)]
-unsafe fn hsum4_i32(p: &[__m256i; 4]) -> __m128i {
+pub(super) unsafe fn q8_0_unsigned(x: *const u8) -> __m256i {
+    // SAFETY: a Q8_0 block has its 32 quants at offset 2.
+    unsafe { _mm256_xor_si256(load(x.add(2)), _mm256_set1_epi8(0x80u8 as i8)) }
+}
+#[inline(always)]
+pub(super) unsafe fn q4_0_unsigned(x: *const u8) -> __m256i {
+    // SAFETY: a Q4_0 block has its 16 nibble bytes at offset 2.
+    unsafe { nibbles(x.add(2)) }
+}
+#[inline(always)]
+pub(super) unsafe fn q5_0_unsigned(x: *const u8) -> __m256i {
+    // SAFETY: a Q5_0 block has qh at offset 2 and 16 nibble bytes at 6.
+    unsafe {
+        let hi = _mm256_and_si256(bytes_from_bits(x.add(2)), _mm256_set1_epi8(0x10));
+        _mm256_or_si256(nibbles(x.add(6)), hi)
+    }
+}
+
+/// Dword `J` of each 128-bit half of `w` in all four of its dwords: weight
+/// dwords `J` and `J + 4` against a packed vector of [`crate::pack`].
+#[inline(always)]
+pub(super) unsafe fn dwords<const J: usize>(w: __m256i) -> __m256i {
     // SAFETY: AVX2 is enabled in every kernel calling this.
     unsafe {
-        let s = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
-        _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s))
-    }
-}
-
-/// One weight block's exact integer dot with each of `R` packed Q8_0 rows
-/// (32 bytes each, back to back at `y`): one `i32 × 8` vector per row whose
-/// lanes sum to it. The tiles add each vector up, so only that sum matters.
-pub(super) type RowSums<const R: usize> = unsafe fn(__m256i, *const u8) -> [__m256i; R];
-
-/// [`RowSums`] with `maddubs` + `madd` and the sign trick.
-#[inline(always)]
-unsafe fn row_sums<const R: usize>(qx: __m256i, y: *const u8) -> [__m256i; R] {
-    // SAFETY: `y` holds `R` rows of 32 bytes (the caller's packed group);
-    // AVX2 is enabled in every kernel calling this.
-    unsafe {
-        let ones = _mm256_set1_epi16(1);
-        let ax = abs_u8(qx);
-        let mut p = [_mm256_setzero_si256(); R];
-        for (c, p) in p.iter_mut().enumerate() {
-            let s = signed_like(load(y.add(32 * c)), qx);
-            *p = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, s), ones);
+        match J {
+            0 => _mm256_shuffle_epi32::<0x00>(w),
+            1 => _mm256_shuffle_epi32::<0x55>(w),
+            2 => _mm256_shuffle_epi32::<0xAA>(w),
+            _ => _mm256_shuffle_epi32::<0xFF>(w),
         }
-        p
     }
 }
 
-/// One legacy weight row (blocks of `wsize` bytes decoded by `quants`)
-/// against a packed group of 8 Q8_0 rows (see [`crate::pack`]): per block,
-/// the exact row sums (`sums`, the ISA's integer part), then
-/// `acc = fma(d_w·d_a, Σ, acc)` per row — the row kernels' arithmetic, so a
-/// token's result does not depend on its place in a batch.
+/// Per-row halves (rows 0-3 of a packed set in each 128-bit half) → the
+/// rows' sums: `lo` holds set 0, `hi` set 1; the result rows 0-7.
 #[inline(always)]
-pub(super) unsafe fn legacy_tile8(
+pub(super) unsafe fn fold_halves(lo: __m256i, hi: __m256i) -> __m256i {
+    // SAFETY: AVX2 is enabled in every kernel calling this.
+    unsafe {
+        _mm256_add_epi32(
+            _mm256_permute2x128_si256::<0x20>(lo, hi),
+            _mm256_permute2x128_si256::<0x31>(lo, hi),
+        )
+    }
+}
+
+/// The exact integer sums of one weight block (quants `q`) with each row of
+/// a packed group of 8 at `y`, one row per lane, before any offset is taken
+/// back: one ISA's integer part of [`legacy_tile8`].
+pub(super) type BlockSums8 = unsafe fn(__m256i, *const u8) -> __m256i;
+/// The same for a packed group of 4 rows.
+pub(super) type BlockSums4 = unsafe fn(__m256i, *const u8) -> __m128i;
+
+/// `S` packed sets of four rows against signed quants `q` with the `maddubs`
+/// sign trick (`|w|` against `a·sign(w)`: no saturation for any i8 weight).
+#[inline(always)]
+unsafe fn signed_sets<const S: usize>(q: __m256i, y: *const u8) -> [__m256i; S] {
+    // SAFETY: `y` holds 4 × S packed vectors; AVX2 is enabled in the callers.
+    unsafe {
+        let qa = abs_u8(q);
+        let ws = [
+            dwords::<0>(q),
+            dwords::<1>(q),
+            dwords::<2>(q),
+            dwords::<3>(q),
+        ];
+        let wa = [
+            dwords::<0>(qa),
+            dwords::<1>(qa),
+            dwords::<2>(qa),
+            dwords::<3>(qa),
+        ];
+        let mut acc = [_mm256_setzero_si256(); S];
+        for j in 0..4 {
+            for (set, acc) in acc.iter_mut().enumerate() {
+                let a = load(y.add(32 * (j * S + set)));
+                *acc = _mm256_add_epi32(*acc, maddubs_i32(wa[j], signed_like(a, ws[j])));
+            }
+        }
+        acc
+    }
+}
+
+/// `S` packed sets against unsigned quants `q ≤ 31` (Q4_0, Q5_0): a pair of
+/// `maddubs` products is at most 2·31·127, so the four steps add up in i16
+/// (≤ 31,496) and widen once.
+#[inline(always)]
+unsafe fn narrow_sets<const S: usize>(q: __m256i, y: *const u8) -> [__m256i; S] {
+    // SAFETY: `y` holds 4 × S packed vectors; AVX2 is enabled in the callers.
+    unsafe {
+        let ws = [
+            dwords::<0>(q),
+            dwords::<1>(q),
+            dwords::<2>(q),
+            dwords::<3>(q),
+        ];
+        let mut acc = [_mm256_setzero_si256(); S];
+        for (j, &w) in ws.iter().enumerate() {
+            for (set, acc) in acc.iter_mut().enumerate() {
+                let a = load(y.add(32 * (j * S + set)));
+                *acc = _mm256_add_epi16(*acc, _mm256_maddubs_epi16(w, a));
+            }
+        }
+        let ones = _mm256_set1_epi16(1);
+        let mut out = [_mm256_setzero_si256(); S];
+        for (o, a) in out.iter_mut().zip(acc) {
+            *o = _mm256_madd_epi16(a, ones);
+        }
+        out
+    }
+}
+
+#[inline(always)]
+unsafe fn signed_sums8(q: __m256i, y: *const u8) -> __m256i {
+    // SAFETY: forwarded from the tile's contract.
+    unsafe {
+        let [lo, hi] = signed_sets::<2>(q, y);
+        fold_halves(lo, hi)
+    }
+}
+#[inline(always)]
+unsafe fn narrow_sums8(q: __m256i, y: *const u8) -> __m256i {
+    // SAFETY: forwarded from the tile's contract.
+    unsafe {
+        let [lo, hi] = narrow_sets::<2>(q, y);
+        fold_halves(lo, hi)
+    }
+}
+#[inline(always)]
+pub(super) unsafe fn fold_set(v: __m256i) -> __m128i {
+    // SAFETY: AVX2 is enabled in every kernel calling this.
+    unsafe { _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v)) }
+}
+#[inline(always)]
+unsafe fn signed_sums4(q: __m256i, y: *const u8) -> __m128i {
+    // SAFETY: forwarded from the tile's contract.
+    unsafe { fold_set(signed_sets::<1>(q, y)[0]) }
+}
+#[inline(always)]
+unsafe fn narrow_sums4(q: __m256i, y: *const u8) -> __m128i {
+    // SAFETY: forwarded from the tile's contract.
+    unsafe { fold_set(narrow_sets::<1>(q, y)[0]) }
+}
+
+/// One legacy weight row (blocks of `wsize` bytes) against a packed group of
+/// 8 Q8_0 rows (see [`crate::pack`]), one row per lane: per block, the rows'
+/// exact integer sums side by side (`sums`, the ISA's part), then
+/// `acc = fma(d_w·d_a, Σ, acc)` per lane — the row kernels' arithmetic, so a
+/// token's result does not depend on its place in a batch.
+///
+/// `quants` gives the block's quants as `sums` takes them: signed (with
+/// `SHIFT = 0`), or unsigned `w + 2^SHIFT`, whose offset is taken back
+/// through the group's quant sums.
+#[inline(always)]
+pub(super) unsafe fn legacy_tile8<const SHIFT: i32>(
     nb: usize,
     w: *const u8,
     wsize: usize,
     packed: *const u8,
     quants: unsafe fn(*const u8) -> __m256i,
-    sums: RowSums<8>,
+    sums: BlockSums8,
 ) -> [f32; 8] {
     // SAFETY: the wrappers checked `nb` weight blocks and `nb` packed block groups;
     // the callers enable AVX2/FMA/F16C and whatever `sums` needs.
@@ -335,9 +455,13 @@ pub(super) unsafe fn legacy_tile8(
         let mut acc = _mm256_setzero_ps();
         for i in 0..nb {
             let (x, y) = (w.add(i * wsize), packed.add(i * gb));
-            let s = _mm256_cvtepi32_ps(hsum8_i32(&sums(quants(x), y)));
+            let mut s = sums(quants(x), y);
+            if SHIFT > 0 {
+                let qsum = load(y.add(8 * 36));
+                s = _mm256_sub_epi32(s, _mm256_slli_epi32::<SHIFT>(qsum));
+            }
             let d = _mm256_mul_ps(_mm256_set1_ps(fp16(x)), _mm256_loadu_ps(y.add(256).cast()));
-            acc = _mm256_fmadd_ps(d, s, acc);
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc);
         }
         let mut out = [0.0f32; 8];
         _mm256_storeu_ps(out.as_mut_ptr(), acc);
@@ -347,13 +471,13 @@ pub(super) unsafe fn legacy_tile8(
 
 /// [`legacy_tile8`] for a packed group of 4 rows.
 #[inline(always)]
-pub(super) unsafe fn legacy_tile4(
+pub(super) unsafe fn legacy_tile4<const SHIFT: i32>(
     nb: usize,
     w: *const u8,
     wsize: usize,
     packed: *const u8,
     quants: unsafe fn(*const u8) -> __m256i,
-    sums: RowSums<4>,
+    sums: BlockSums4,
 ) -> [f32; 4] {
     // SAFETY: as for `legacy_tile8`, with groups of 4 rows.
     unsafe {
@@ -361,9 +485,13 @@ pub(super) unsafe fn legacy_tile4(
         let mut acc = _mm_setzero_ps();
         for i in 0..nb {
             let (x, y) = (w.add(i * wsize), packed.add(i * gb));
-            let s = _mm_cvtepi32_ps(hsum4_i32(&sums(quants(x), y)));
+            let mut s = sums(quants(x), y);
+            if SHIFT > 0 {
+                let qsum = _mm_loadu_si128(y.add(4 * 36).cast());
+                s = _mm_sub_epi32(s, _mm_slli_epi32::<SHIFT>(qsum));
+            }
             let d = _mm_mul_ps(_mm_set1_ps(fp16(x)), _mm_loadu_ps(y.add(128).cast()));
-            acc = _mm_fmadd_ps(d, s, acc);
+            acc = _mm_fmadd_ps(d, _mm_cvtepi32_ps(s), acc);
         }
         let mut out = [0.0f32; 4];
         _mm_storeu_ps(out.as_mut_ptr(), acc);
@@ -373,9 +501,10 @@ pub(super) unsafe fn legacy_tile4(
 
 legacy_tile_fns! {
     "avx2,fma,f16c";
-    Q8_0, 34, q8_0_quants, k_q8_0_x8 => tile8_q8_0, k_q8_0_t4 => tile4_q8_0;
-    Q4_0, 18, q4_0_quants, k_q4_0_x8 => tile8_q4_0, k_q4_0_t4 => tile4_q4_0;
-    Q5_0, 22, q5_0_quants, k_q5_0_x8 => tile8_q5_0, k_q5_0_t4 => tile4_q5_0;
+    // Q8_0's unsigned quants reach 255: `maddubs` would saturate, so the sign trick.
+    Q8_0, 34, q8_0_quants, 0, signed_sums8, signed_sums4, k_q8_0_x8 => tile8_q8_0, k_q8_0_t4 => tile4_q8_0;
+    Q4_0, 18, q4_0_unsigned, 3, narrow_sums8, narrow_sums4, k_q4_0_x8 => tile8_q4_0, k_q4_0_t4 => tile4_q4_0;
+    Q5_0, 22, q5_0_unsigned, 4, narrow_sums8, narrow_sums4, k_q5_0_x8 => tile8_q5_0, k_q5_0_t4 => tile4_q5_0;
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
