@@ -6,7 +6,10 @@
 //! (`max(start, i-w/2)..min(end, i+w/2+1)`). Keys are visited in blocks of
 //! [`KEY_BLOCK`]: scores of a block land in a stack array, the running max
 //! and sum are updated once per block, and the value rows are accumulated
-//! straight into the output row, so nothing is allocated.
+//! straight into the output row. Prompt-sized calls over an f16 cache widen
+//! each task's key and value rows to f32 once, for all its query heads and
+//! positions, into a per-thread buffer (grown, never shrunk); a single
+//! query (decoding) widens rows as it reads them and allocates nothing.
 //!
 //! Work is split over (query chunk × head) tasks on a [`ThreadPool`]; tasks
 //! write disjoint output rows. Each (query, head) row goes through the row
@@ -25,8 +28,20 @@ use crate::{Isa, KernelError};
 
 /// Keys scored per softmax update.
 pub(crate) const KEY_BLOCK: usize = 32;
-/// Largest head dimension supported (f16 rows are widened into a stack buffer).
+/// Largest head dimension supported.
 pub const MAX_HEAD_DIM: usize = 512;
+/// Most keys a task widens from f16 at once (longer spans are widened per row
+/// as they are read: the same values either way).
+const WIDEN_MAX_KEYS: usize = 4096;
+/// Widening buffers grow in steps of this many keys.
+const WIDEN_STEP: usize = 512;
+
+thread_local! {
+    /// A worker's widened key and value rows (prompt processing only: a
+    /// single query never widens, so decoding allocates nothing here).
+    static WIDENED: std::cell::RefCell<(Vec<f32>, Vec<f32>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
 
 /// Key or value rows: `n` rows of `n_head_kv × head_dim` values.
 #[derive(Clone, Copy, Debug)]
@@ -164,33 +179,84 @@ pub fn attention_on(
     }
     let group = n_head / n_head_kv;
     let row = row_kernel(isa, hd);
-    // Tasks: (chunk of queries) × head; a chunk small enough to balance threads.
+    // Tasks: (chunk of queries) × head, or × kv head when there are enough
+    // queries to balance the threads that way: then the task's key and value
+    // rows are widened from f16 once for all its query heads and positions.
+    let threads = pool.threads().max(1);
+    let per_kv = n_q >= 4 * threads && matches!(k, KvRows::F16(_));
+    let heads_per_task = if per_kv { group } else { 1 };
+    let task_heads = n_head / heads_per_task;
     let q_chunk = n_q
-        .div_ceil((pool.threads() * 4).div_ceil(n_head).max(1))
+        .div_ceil((threads * 4).div_ceil(task_heads).max(1))
         .max(1);
     let n_chunks = n_q.div_ceil(q_chunk);
     let out_ptr = Out(out.as_mut_ptr());
     let out_ptr = &out_ptr;
-    pool.run(n_chunks * n_head, &|task| {
-        let (chunk, h) = (task / n_head, task % n_head);
-        let g = h / group;
-        for t in chunk * q_chunk..((chunk + 1) * q_chunk).min(n_q) {
-            let qh = &q[t * q_row + h * hd..][..hd];
-            let o_start = t * q_row + h * hd;
-            // SAFETY: `o_start + hd <= n_q * q_row == out.len()` (checked above), and the
-            // (t, h) pair is visited by exactly one task, so this row is not aliased.
-            let oh = unsafe { std::slice::from_raw_parts_mut(out_ptr.0.add(o_start), hd) };
-            let args = RowArgs {
-                q: qh,
-                k,
-                v,
-                off: g * hd,
-                kv_row,
-                keys: keys(t),
-                scale: shape.scale,
-                softcap: shape.softcap,
-            };
-            row(args, oh);
+    pool.run(n_chunks * task_heads, &|task| {
+        let (chunk, th) = (task / task_heads, task % task_heads);
+        let heads = th * heads_per_task..(th + 1) * heads_per_task;
+        let g = heads.start / group;
+        let queries = chunk * q_chunk..((chunk + 1) * q_chunk).min(n_q);
+        let run_rows = |k: KvRows<'_>, v: KvRows<'_>, off: usize, kv_row: usize, base: usize| {
+            for t in queries.clone() {
+                let r = keys(t);
+                let r = if r.is_empty() {
+                    0..0
+                } else {
+                    r.start - base..r.end - base
+                };
+                for h in heads.clone() {
+                    let o_start = t * q_row + h * hd;
+                    // SAFETY: `o_start + hd <= n_q * q_row == out.len()` (checked above),
+                    // and the (t, h) pair is visited by exactly one task, so this row
+                    // is not aliased.
+                    let oh = unsafe { std::slice::from_raw_parts_mut(out_ptr.0.add(o_start), hd) };
+                    let args = RowArgs {
+                        q: &q[o_start..o_start + hd],
+                        k,
+                        v,
+                        off,
+                        kv_row,
+                        keys: r.clone(),
+                        scale: shape.scale,
+                        softcap: shape.softcap,
+                    };
+                    row(args, oh);
+                }
+            }
+        };
+        let span = queries
+            .clone()
+            .map(keys)
+            .filter(|r| !r.is_empty())
+            .reduce(|a, b| a.start.min(b.start)..a.end.max(b.end));
+        match (k, v, span) {
+            (KvRows::F16(k16), KvRows::F16(v16), Some(span))
+                if per_kv && span.len() <= WIDEN_MAX_KEYS =>
+            {
+                WIDENED.with_borrow_mut(|(kw, vw)| {
+                    let n = span.len() * hd;
+                    for buf in [&mut *kw, &mut *vw] {
+                        if buf.len() < n {
+                            buf.resize(n.next_multiple_of(WIDEN_STEP * hd), 0.0);
+                        }
+                    }
+                    for (i, j) in span.clone().enumerate() {
+                        let at = j * kv_row + g * hd;
+                        ops::f16_to_f32(&k16[at..at + hd], &mut kw[i * hd..(i + 1) * hd]);
+                        ops::f16_to_f32(&v16[at..at + hd], &mut vw[i * hd..(i + 1) * hd]);
+                    }
+                    // f16 → f32 is exact: the rows get the same bits as from the f16 rows.
+                    run_rows(
+                        KvRows::F32(&kw[..n]),
+                        KvRows::F32(&vw[..n]),
+                        0,
+                        hd,
+                        span.start,
+                    );
+                });
+            }
+            _ => run_rows(k, v, g * hd, kv_row, 0),
         }
     });
     Ok(())
@@ -409,35 +475,23 @@ mod tests {
         let q = pseudo(n * 2 * 64, 4);
         let k = pseudo(n * 64, 5);
         let v = pseudo(n * 64, 6);
+        let kh: Vec<f16> = k.iter().map(|&x| f16::from_f32(x)).collect();
+        let vh: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
         for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
-            // Query 37 attends keys 20..45, alone and among 50 queries.
-            let keys = |t: usize| if t == 37 { 20..45 } else { 0..t + 1 };
-            let mut all = vec![0.0; q.len()];
-            attention_on(
-                isa,
-                &shape,
-                &q,
-                KvRows::F32(&k),
-                KvRows::F32(&v),
-                &keys,
-                &mut all,
-                &Rayon,
-            )
-            .unwrap();
-            let mut one = vec![0.0; 2 * 64];
-            let q37 = &q[37 * 128..38 * 128];
-            attention_on(
-                isa,
-                &shape,
-                q37,
-                KvRows::F32(&k),
-                KvRows::F32(&v),
-                &|_| 20..45,
-                &mut one,
-                &Serial,
-            )
-            .unwrap();
-            assert_eq!(&all[37 * 128..38 * 128], &one[..], "{isa}");
+            for (k, v) in [
+                (KvRows::F32(&k), KvRows::F32(&v)),
+                // Among 50 queries the f16 rows are widened once per task; alone, per row.
+                (KvRows::F16(&kh), KvRows::F16(&vh)),
+            ] {
+                // Query 37 attends keys 20..45, alone and among 50 queries.
+                let keys = |t: usize| if t == 37 { 20..45 } else { 0..t + 1 };
+                let mut all = vec![0.0; q.len()];
+                attention_on(isa, &shape, &q, k, v, &keys, &mut all, &Rayon).unwrap();
+                let mut one = vec![0.0; 2 * 64];
+                let q37 = &q[37 * 128..38 * 128];
+                attention_on(isa, &shape, q37, k, v, &|_| 20..45, &mut one, &Serial).unwrap();
+                assert_eq!(&all[37 * 128..38 * 128], &one[..], "{isa}");
+            }
         }
     }
 

@@ -97,7 +97,8 @@ pub fn gelu(x: &mut [f32]) {
 /// SwiGLU's gate: `gate[i] = silu(gate[i]) · up[i]`, `silu(x) = x / (1 + e^-x)`.
 pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len());
-    for (g, &u) in gate.iter_mut().zip(up) {
+    let done = gated_simd().map_or(0, |(_, silu)| silu(gate, up));
+    for (g, &u) in gate[done..].iter_mut().zip(&up[done..]) {
         *g = *g / (1.0 + exp_fast(-*g)) * u;
     }
 }
@@ -105,8 +106,28 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
 /// GELU-gated: `gate[i] = gelu(gate[i]) · up[i]` (Gemma's GeGLU).
 pub fn gelu_mul(gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len());
-    gelu(gate);
-    mul_in_place(gate, up);
+    let done = gated_simd().map_or(0, |(gelu_mul, _)| gelu_mul(gate, up));
+    gelu(&mut gate[done..]);
+    mul_in_place(&mut gate[done..], &up[done..]);
+}
+
+/// A SIMD gated activation: does a prefix of the slices, returns its length.
+type GatedFn = fn(&mut [f32], &[f32]) -> usize;
+
+/// The selected ISA's `(gelu_mul, silu_mul)`, where it has them: the same
+/// operations in the same order as the scalar code, so the same bits.
+fn gated_simd() -> Option<(GatedFn, GatedFn)> {
+    static CHOSEN: std::sync::OnceLock<Option<(GatedFn, GatedFn)>> = std::sync::OnceLock::new();
+    *CHOSEN.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        if matches!(
+            crate::Isa::selected(),
+            Ok(crate::Isa::Avx2 | crate::Isa::Avx512Vnni)
+        ) {
+            return Some((crate::x86_64::avx2::gelu_mul, crate::x86_64::avx2::silu_mul));
+        }
+        None
+    })
 }
 
 /// How RoPE pairs the dimensions of a head.
@@ -234,6 +255,29 @@ pub fn f32_to_bf16(src: &[f32], out: &mut [bf16]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The SIMD gated activations give the scalar code's bits (tails included).
+    #[test]
+    fn gated_activations_match_the_scalar_code_bit_for_bit() {
+        let mut x: Vec<f32> = (0..1000).map(|i| (i as f32 * 0.731).sin() * 12.0).collect();
+        x.extend([0.0, -0.0, 90.0, -90.0, 1e-30, -1e-30, 44.0]);
+        let up: Vec<f32> = (0..x.len()).map(|i| (i as f32 * 0.17).cos()).collect();
+        let mut want_gelu = x.clone();
+        gelu(&mut want_gelu);
+        mul_in_place(&mut want_gelu, &up);
+        let want_silu: Vec<f32> = x
+            .iter()
+            .zip(&up)
+            .map(|(&g, &u)| g / (1.0 + exp_fast(-g)) * u)
+            .collect();
+        let (mut got_gelu, mut got_silu) = (x.clone(), x.clone());
+        gelu_mul(&mut got_gelu, &up);
+        silu_mul(&mut got_silu, &up);
+        for i in 0..x.len() {
+            assert_eq!(got_gelu[i].to_bits(), want_gelu[i].to_bits(), "gelu {}", x[i]);
+            assert_eq!(got_silu[i].to_bits(), want_silu[i].to_bits(), "silu {}", x[i]);
+        }
+    }
 
     fn close(a: f32, b: f64, tol: f64) -> bool {
         (a as f64 - b).abs() <= tol * (1.0 + b.abs())
