@@ -274,8 +274,18 @@ mod tests {
         gelu_mul(&mut got_gelu, &up);
         silu_mul(&mut got_silu, &up);
         for i in 0..x.len() {
-            assert_eq!(got_gelu[i].to_bits(), want_gelu[i].to_bits(), "gelu {}", x[i]);
-            assert_eq!(got_silu[i].to_bits(), want_silu[i].to_bits(), "silu {}", x[i]);
+            assert_eq!(
+                got_gelu[i].to_bits(),
+                want_gelu[i].to_bits(),
+                "gelu {}",
+                x[i]
+            );
+            assert_eq!(
+                got_silu[i].to_bits(),
+                want_silu[i].to_bits(),
+                "silu {}",
+                x[i]
+            );
         }
     }
 

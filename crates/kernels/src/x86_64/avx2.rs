@@ -40,6 +40,17 @@ unsafe fn fp16(p: *const u8) -> f32 {
     unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(rd_u16(p) as i32))) }
 }
 
+/// The f16 at `p` in all 8 lanes (a broadcast load, then one conversion).
+#[inline(always)]
+unsafe fn fp16_x8(p: *const u8) -> __m256 {
+    if cfg!(miri) {
+        // SAFETY: as for `fp16`.
+        return unsafe { _mm256_set1_ps(fp16(p)) };
+    }
+    // SAFETY: `p` has two readable bytes; F16C is enabled in every kernel calling this.
+    unsafe { _mm256_cvtph_ps(_mm_set1_epi16(rd_u16(p) as i16)) }
+}
+
 #[inline(always)]
 unsafe fn load(p: *const u8) -> __m256i {
     // SAFETY: the caller passes 32 readable bytes; the load is unaligned.
@@ -460,7 +471,7 @@ pub(super) unsafe fn legacy_tile8<const SHIFT: i32>(
                 let qsum = load(y.add(8 * 36));
                 s = _mm256_sub_epi32(s, _mm256_slli_epi32::<SHIFT>(qsum));
             }
-            let d = _mm256_mul_ps(_mm256_set1_ps(fp16(x)), _mm256_loadu_ps(y.add(256).cast()));
+            let d = _mm256_mul_ps(fp16_x8(x), _mm256_loadu_ps(y.add(256).cast()));
             acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc);
         }
         let mut out = [0.0f32; 8];
@@ -490,7 +501,10 @@ pub(super) unsafe fn legacy_tile4<const SHIFT: i32>(
                 let qsum = _mm_loadu_si128(y.add(4 * 36).cast());
                 s = _mm_sub_epi32(s, _mm_slli_epi32::<SHIFT>(qsum));
             }
-            let d = _mm_mul_ps(_mm_set1_ps(fp16(x)), _mm_loadu_ps(y.add(128).cast()));
+            let d = _mm_mul_ps(
+                _mm256_castps256_ps128(fp16_x8(x)),
+                _mm_loadu_ps(y.add(128).cast()),
+            );
             acc = _mm_fmadd_ps(d, _mm_cvtepi32_ps(s), acc);
         }
         let mut out = [0.0f32; 4];
