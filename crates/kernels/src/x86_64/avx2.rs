@@ -466,6 +466,8 @@ pub(super) unsafe fn legacy_tile8<const SHIFT: i32>(
         let mut acc = _mm256_setzero_ps();
         for i in 0..nb {
             let (x, y) = (w.add(i * wsize), packed.add(i * gb));
+            // The first group of a batch streams the weights from memory.
+            prefetch_block(x, wsize);
             let mut s = sums(quants(x), y);
             if SHIFT > 0 {
                 let qsum = load(y.add(8 * 36));
