@@ -23,27 +23,45 @@ fn weights(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
     row.repeat(rows)
 }
 
-/// GB/s of a read-only sum over 512 MiB.
+/// GB/s of a read-only sum over 1 GiB (far larger than any L3 here), every
+/// thread summing its own slice, as the matmul's threads stream theirs.
 fn probe_bandwidth() -> f64 {
-    let buf = vec![1u64; 64 << 20];
+    let threads = rayon::current_num_threads();
+    let per = (128 << 20) / threads;
+    let buf = vec![1u64; per * threads];
+    let sum = |i: usize| {
+        buf[i * per..(i + 1) * per]
+            .iter()
+            .fold(0u64, |a, &b| a.wrapping_add(b))
+    };
+    rayon::broadcast(|c| black_box(sum(c.index()))); // fault the pages in
     let t = Instant::now();
-    let mut s = 0u64;
     for _ in 0..2 {
-        s = s.wrapping_add(buf.iter().fold(0u64, |a, &b| a.wrapping_add(b)));
+        rayon::broadcast(|c| black_box(sum(c.index())));
     }
-    black_box(s);
     2.0 * (buf.len() * 8) as f64 / t.elapsed().as_secs_f64() / 1e9
 }
 
-/// GOP/s of the Q8_0 dot kernel on L1-resident rows, all threads: the int8 peak proxy.
+/// The int8 multiply-add peak in GOP/s (2 per multiply-add), all threads: a
+/// register-only loop of the selected ISA's instruction — eight independent
+/// chains of 256-bit `vpdpbusd` (AVX-512 VNNI, as the kernels use it) or of
+/// `vpmaddubsw` (AVX2). Elsewhere, the Q8_0 row kernel on L1-resident rows
+/// stands in.
 fn probe_int8_peak() -> f64 {
+    let threads = rayon::current_num_threads();
+    #[cfg(target_arch = "x86_64")]
+    if let Some(kernel) = x86_peak::kernel(Isa::selected().unwrap()) {
+        let iters = 50_000_000;
+        let t = Instant::now();
+        rayon::broadcast(|_| black_box(kernel(iters)));
+        return (threads * iters * 8 * 32 * 2) as f64 / t.elapsed().as_secs_f64() / 1e9;
+    }
     let k = kernels(GgmlType::Q8_0).unwrap();
     let n = 1024;
     let w = weights(GgmlType::Q8_0, 1, n);
     let mut a = vec![0u8; k.activation_row_bytes(n)];
     (k.quantize_activation)(&vec![0.5; n], &mut a);
     let iters = 200_000;
-    let threads = rayon::current_num_threads();
     let t = Instant::now();
     rayon::broadcast(|_| {
         let mut s = 0.0;
@@ -53,6 +71,61 @@ fn probe_int8_peak() -> f64 {
         black_box(s);
     });
     (threads * iters * n * 2) as f64 / t.elapsed().as_secs_f64() / 1e9
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86_peak {
+    use super::Isa;
+    use std::arch::x86_64::*;
+
+    /// `iters` rounds of 8 × 32 multiply-adds; returns a value to keep.
+    pub type Kernel = fn(usize) -> i32;
+
+    pub fn kernel(isa: Isa) -> Option<Kernel> {
+        match isa {
+            Isa::Avx512Vnni => Some(|n| {
+                // SAFETY: only chosen when the selected ISA (detected) is AVX-512 VNNI.
+                unsafe { vnni(n) }
+            }),
+            Isa::Avx2 => Some(|n| {
+                // SAFETY: only chosen when the selected ISA (detected) is AVX2.
+                unsafe { avx2(n) }
+            }),
+            _ => None,
+        }
+    }
+
+    #[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
+    unsafe fn vnni(iters: usize) -> i32 {
+        let (u, s) = std::hint::black_box((_mm256_set1_epi8(3), _mm256_set1_epi8(-5)));
+        let mut acc = [_mm256_setzero_si256(); 8];
+        for _ in 0..iters {
+            for a in acc.iter_mut() {
+                *a = _mm256_dpbusd_epi32(*a, u, s);
+            }
+        }
+        let t = acc
+            .iter()
+            .fold(_mm256_setzero_si256(), |x, &y| _mm256_add_epi32(x, y));
+        _mm256_extract_epi32::<0>(t)
+    }
+
+    /// `vpmaddubsw` chains (32 multiply-adds each; the AVX2 kernels widen
+    /// its pairs with one `vpmaddwd` per one to four of them).
+    #[target_feature(enable = "avx2")]
+    unsafe fn avx2(iters: usize) -> i32 {
+        let u = std::hint::black_box(_mm256_set1_epi8(3));
+        let mut acc: [__m256i; 8] = std::array::from_fn(|k| _mm256_set1_epi8(k as i8 - 4));
+        for _ in 0..iters {
+            for a in acc.iter_mut() {
+                *a = _mm256_maddubs_epi16(u, *a);
+            }
+        }
+        let t = acc
+            .iter()
+            .fold(_mm256_setzero_si256(), |x, &y| _mm256_add_epi32(x, y));
+        _mm256_extract_epi32::<0>(t)
+    }
 }
 
 fn bench(c: &mut Criterion) {

@@ -12,6 +12,8 @@
 //!   rows' exact block sums, one row per i32 lane, with no horizontal
 //!   reduction. The quant sums take back the offset of weights made unsigned
 //!   (`Σ(w+o)·a − o·Σa`); the scales are applied with one vector multiply.
+//!   On aarch64 each 16-byte half of a vector is one `sdot` by element
+//!   (four rows × one weight dword), signed, so the sums go unused.
 //! * Every other activation type (Q8_K): the 8 rows as they are, back to back
 //!   (the K-quant tiles already scale once per 256-value super-block).
 

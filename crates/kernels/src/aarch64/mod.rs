@@ -1,12 +1,15 @@
 //! aarch64 kernels and their tables: [`NEON`] for any Advanced SIMD CPU,
 //! [`DOTPROD`] for those with `sdot` (the same kernel bodies, instantiated
-//! with the dot-product instruction instead of widening multiplies).
+//! with the dot-product instruction instead of widening multiplies, plus
+//! 1×8/1×4 tiles of the legacy types built on the indexed `sdot`).
 
 pub(crate) mod neon;
 
 use crate::GgmlType as T;
 use crate::isa::Isa;
-use crate::table::{QuantizeFn, TypeKernels, VecDotFn, VecDotX4Fn, scalar};
+use crate::table::{
+    QuantizeFn, Tile4Fn, Tile8Fn, TileFns, TypeKernels, VecDotFn, VecDotX4Fn, scalar,
+};
 
 /// `base` with the kernels given replaced. A row kernel comes with its own
 /// x4 twin or none: the scalar x4 kernel would give tokens in groups of four
@@ -30,6 +33,13 @@ const fn with(
         k.simd.vec_dot_x4 = x4.is_some();
         k.tiles = None;
     }
+    k
+}
+
+/// `k` with 1×8 and 1×4 tiles.
+const fn tiles(k: TypeKernels, x8: Tile8Fn, x4: Tile4Fn) -> TypeKernels {
+    let mut k = k;
+    k.tiles = Some(TileFns { x8, x4 });
     k
 }
 
@@ -89,4 +99,12 @@ macro_rules! table {
 }
 
 pub(crate) static NEON: [TypeKernels; 13] = table!(Isa::Neon, plain);
-pub(crate) static DOTPROD: [TypeKernels; 13] = table!(Isa::NeonDotprod, dotprod);
+/// The dotprod table: [`NEON`]'s kernel bodies with `sdot`, plus the legacy
+/// types' 1×8/1×4 tiles over packed activations (the same bits as the row kernels).
+pub(crate) static DOTPROD: [TypeKernels; 13] = {
+    let mut t = table!(Isa::NeonDotprod, dotprod);
+    t[3] = tiles(t[3], neon::tiles::tile8_q4_0, neon::tiles::tile4_q4_0);
+    t[5] = tiles(t[5], neon::tiles::tile8_q5_0, neon::tiles::tile4_q5_0);
+    t[7] = tiles(t[7], neon::tiles::tile8_q8_0, neon::tiles::tile4_q8_0);
+    t
+};
