@@ -3,11 +3,12 @@
 //!
 //! All activations are quantized once per call into the caller's
 //! [`Scratch`]; output rows are split into chunks run on a [`ThreadPool`].
-//! For `T ≥ 4` each weight row goes through the 1×4 tile kernel
-//! ([`TypeKernels::vec_dot_x4`]), which unpacks a weight block once for four
-//! token columns; remaining columns (and `T = 1`, the memory-bound decode
-//! case) stream rows through [`TypeKernels::vec_dot`]. Once the scratch is
-//! large enough, a call allocates nothing.
+//! Where the ISA has tiles ([`TypeKernels::tiles`]), groups of 8 tokens (and
+//! a padded group for a remainder of 2 to 7) go through the 1×8/1×4 tiles,
+//! which unpack a weight block once for all their columns; otherwise groups
+//! of 4 through [`TypeKernels::vec_dot_x4`]. The rest (and `T = 1`, the
+//! memory-bound decode case) stream rows through [`TypeKernels::vec_dot`].
+//! Once the scratch is large enough, a call allocates nothing.
 
 use crate::pack::{self, TILE};
 use crate::pool::ThreadPool;
@@ -119,43 +120,55 @@ pub fn matmul_many<const N: usize>(
         (k.quantize_activation)(xt, at);
     }
     let acts = &*acts;
-    // Whole groups of 8 tokens go through the 1×8 tile, then a group of 4 through
-    // the 1×4 tile; the groups are packed once here. The rest take the row kernel.
-    let tiles = k.tiles.filter(|_| tokens >= TILE / 2);
+    // Whole groups of 8 tokens go through the 1×8 tile; a remainder of 2 to 7
+    // tokens goes through one more tile (4 or 8 wide) padded with zero rows,
+    // whose extra columns are dropped (a tile gives each column the row
+    // kernel's bits, so padding changes nothing). A single token (decoding)
+    // takes the row kernel. The groups are packed once here.
+    let tiles = k.tiles.filter(|_| tokens >= 2);
     let groups = if tiles.is_some() { tokens / TILE } else { 0 };
-    let has_half = tiles.is_some() && tokens % TILE >= TILE / 2;
+    let rem = tokens - groups * TILE;
+    let tail_width = match rem {
+        _ if tiles.is_none() => 0,
+        0 | 1 => 0,
+        2..=4 => TILE / 2,
+        _ => TILE,
+    };
+    let tail_tokens = if tail_width > 0 { rem } else { 0 };
     let g8 = pack::group_bytes(k.activation, cols, TILE);
-    let g4 = pack::group_bytes(k.activation, cols, TILE / 2);
-    let packed_len = groups * g8 + if has_half { g4 } else { 0 };
-    let grouped_tokens = groups * TILE + if has_half { TILE / 2 } else { 0 };
-    let groups_data: &[u8] = if pack::needs_packing(k.activation) {
-        if scratch.packed.len() < packed_len {
-            scratch.packed.resize(packed_len, 0);
-        }
-        let (full, half) = scratch.packed[..packed_len].split_at_mut(groups * g8);
-        for (g, out) in full.chunks_exact_mut(g8).enumerate() {
-            pack::pack(
-                k.activation,
-                cols,
-                TILE,
-                &acts[g * TILE * arow..(g + 1) * TILE * arow],
-                out,
-            );
-        }
-        if has_half {
-            let t0 = groups * TILE;
-            pack::pack(
-                k.activation,
-                cols,
-                TILE / 2,
-                &acts[t0 * arow..(t0 + TILE / 2) * arow],
-                half,
-            );
-        }
-        &scratch.packed[..packed_len]
+    let g_tail = if tail_width > 0 {
+        pack::group_bytes(k.activation, cols, tail_width)
     } else {
-        // Other activation types are grouped as they lie: consecutive rows.
-        &acts[..grouped_tokens * arow]
+        0
+    };
+    let grouped_tokens = groups * TILE + tail_tokens;
+    let packs = pack::needs_packing(k.activation);
+    let packed_len = if packs { groups * g8 } else { 0 } + g_tail;
+    if scratch.packed.len() < packed_len {
+        scratch.packed.resize(packed_len, 0);
+    }
+    let (full_buf, tail_buf) = scratch.packed[..packed_len].split_at_mut(packed_len - g_tail);
+    let tail_start = groups * TILE;
+    let tail_rows = &acts[tail_start * arow..(tail_start + tail_tokens) * arow];
+    if packs {
+        for (g, out) in full_buf.chunks_exact_mut(g8).enumerate() {
+            let rows = &acts[g * TILE * arow..(g + 1) * TILE * arow];
+            pack::pack(k.activation, cols, TILE, rows, out);
+        }
+        if tail_width > 0 {
+            pack::pack(k.activation, cols, tail_width, tail_rows, tail_buf);
+        }
+    } else if tail_width > 0 {
+        // Other activation types are grouped as they lie (consecutive rows);
+        // only the tail is copied, to be padded.
+        let (head, pad) = tail_buf.split_at_mut(tail_rows.len());
+        head.copy_from_slice(tail_rows);
+        pad.fill(0);
+    }
+    let (full, tail): (&[u8], &[u8]) = if packs {
+        (&*full_buf, &*tail_buf)
+    } else {
+        (&acts[..groups * TILE * arow], &*tail_buf)
     };
     // One chunk size over all rows; task ids run through matrix 0's chunks, then 1's, …
     let total_rows: usize = wms.iter().map(|w| w.rows).sum();
@@ -186,7 +199,6 @@ pub fn matmul_many<const N: usize>(
         };
         if let Some(tiles) = tiles {
             // Groups outermost: the task's weight rows stay in cache across groups.
-            let (full, half) = groups_data.split_at(groups * g8);
             for (g, packed) in full.chunks_exact(g8).enumerate() {
                 for r in r0..r1 {
                     let v = (tiles.x8)(cols, &w[r * wrow..(r + 1) * wrow], packed);
@@ -195,11 +207,17 @@ pub fn matmul_many<const N: usize>(
                     }
                 }
             }
-            if has_half {
+            if tail_width > 0 {
                 for r in r0..r1 {
-                    let v = (tiles.x4)(cols, &w[r * wrow..(r + 1) * wrow], half);
-                    for (c, v) in v.into_iter().enumerate() {
-                        store(groups * TILE + c, r, v);
+                    let wr = &w[r * wrow..(r + 1) * wrow];
+                    let mut v = [0.0f32; TILE];
+                    if tail_width == TILE {
+                        v = (tiles.x8)(cols, wr, tail);
+                    } else {
+                        v[..TILE / 2].copy_from_slice(&(tiles.x4)(cols, wr, tail));
+                    }
+                    for (c, &v) in v[..tail_tokens].iter().enumerate() {
+                        store(tail_start + c, r, v);
                     }
                 }
             }

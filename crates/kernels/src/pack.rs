@@ -43,22 +43,29 @@ pub fn needs_packing(act: GgmlType) -> bool {
     act == GgmlType::Q8_0
 }
 
-/// Packs `n` consecutive Q8_0 rows (`rows` = `n` × row bytes) into `out`
-/// ([`group_bytes`] long).
+/// Packs up to `n` consecutive Q8_0 rows (`rows`, a whole number of rows)
+/// into `out` ([`group_bytes`] long); rows past those given are zeros (a
+/// tile's padding: their columns come out 0 and are dropped).
 pub fn pack(act: GgmlType, cols: usize, n: usize, rows: &[u8], out: &mut [u8]) {
     assert_eq!(act, GgmlType::Q8_0, "only Q8_0 activations are packed");
     assert!(n == 4 || n == 8, "groups of 4 or 8 rows");
     let nb = cols / 32;
     let arow = nb * 34;
     let gb = q8_0_group_block(n);
-    assert_eq!(rows.len(), n * arow);
+    assert!(rows.len() <= n * arow && rows.len().is_multiple_of(arow.max(1)));
+    let given = rows.len().checked_div(arow).unwrap_or(0);
     assert_eq!(out.len(), nb * gb);
     for (i, dst) in out.chunks_exact_mut(gb).enumerate() {
         let (quants, rest) = dst.split_at_mut(n * 32);
         let (scales, sums) = rest.split_at_mut(n * 4);
         for c in 0..n {
-            let b = &rows[c * arow + i * 34..][..34];
             let (set, lane) = (c / 4, c % 4);
+            let zeros = [0u8; 34];
+            let b = if c < given {
+                &rows[c * arow + i * 34..][..34]
+            } else {
+                &zeros[..]
+            };
             for j in 0..4 {
                 for half in 0..2 {
                     let at = (((j * (n / 4) + set) * 2 + half) * 4 + lane) * 4;

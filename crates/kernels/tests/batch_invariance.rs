@@ -36,9 +36,15 @@ fn batch_position_does_not_change_a_tokens_result() {
         GgmlType::Q6_K,
     ];
     let isas: Vec<Isa> = Isa::ALL.into_iter().filter(|i| i.is_available()).collect();
-    for (isa, ty) in isas.iter().flat_map(|&i| types.map(|t| (i, t))) {
+    // 21 tokens: 2 tiles of 8 and one padded 8-wide tile of 5; 3 tokens: one
+    // padded 4-wide tile (where the ISA has tiles; else x4 and row kernels).
+    let cases = isas
+        .iter()
+        .flat_map(|&i| types.map(|t| (i, t)))
+        .flat_map(|(i, t)| [(i, t, 21), (i, t, 3)]);
+    for (isa, ty, tokens) in cases {
         let k = kernels_for(ty, isa).unwrap();
-        let (rows, cols, tokens) = (24, 1024, 21); // 2 tiles of 8, one of 4, 1 single
+        let (rows, cols) = (24, 1024);
         let wf = pseudo(rows * cols, 7);
         let mut w = vec![0u8; rows * k.weight_row_bytes(cols)];
         lamina_quant::quantize_row(ty, &wf, &mut w).unwrap();
