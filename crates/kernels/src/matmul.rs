@@ -51,11 +51,12 @@ impl Scratch {
     }
 }
 
-/// A shared pointer to the output, written at disjoint rows by the tasks.
-struct Out(*mut f32);
-// SAFETY: tasks write disjoint row ranges of the output (see `matmul`), so sharing the
-// pointer across threads cannot race.
-unsafe impl Sync for Out {}
+/// A buffer shared by the tasks of one parallel region, each writing only
+/// its own disjoint part (the output's rows, a unit's activation rows).
+struct Out<T>(*mut T);
+// SAFETY: every task writes a part of the buffer no other task touches (see
+// `matmul_many`'s uses), so sharing the pointer across threads cannot race.
+unsafe impl<T> Sync for Out<T> {}
 
 /// Rows per task: enough tasks to balance the threads, each a few rows at least.
 fn chunk_rows(rows: usize, threads: usize) -> usize {
@@ -115,11 +116,6 @@ pub fn matmul_many<const N: usize>(
     let arow = k.activation_row_bytes(cols);
     let wrow = k.weight_row_bytes(cols);
     scratch.reserve(k, cols, tokens);
-    let acts = &mut scratch.buf[..arow * tokens];
-    for (xt, at) in x.chunks_exact(cols).zip(acts.chunks_exact_mut(arow)) {
-        (k.quantize_activation)(xt, at);
-    }
-    let acts = &*acts;
     // Whole groups of 8 tokens go through the 1×8 tile; a remainder of 2 to 7
     // tokens goes through one more tile (4 or 8 wide) padded with zero rows,
     // whose extra columns are dropped (a tile gives each column the row
@@ -147,28 +143,68 @@ pub fn matmul_many<const N: usize>(
     if scratch.packed.len() < packed_len {
         scratch.packed.resize(packed_len, 0);
     }
-    let (full_buf, tail_buf) = scratch.packed[..packed_len].split_at_mut(packed_len - g_tail);
     let tail_start = groups * TILE;
-    let tail_rows = &acts[tail_start * arow..(tail_start + tail_tokens) * arow];
-    if packs {
-        for (g, out) in full_buf.chunks_exact_mut(g8).enumerate() {
-            let rows = &acts[g * TILE * arow..(g + 1) * TILE * arow];
-            pack::pack(k.activation, cols, TILE, rows, out);
+    // Quantize (and pack) the activations, one unit of 8 tokens per task:
+    // each unit writes only its own rows, its own packed group and (the
+    // last) the tail, so the units run in parallel.
+    let acts_ptr = Out(scratch.buf.as_mut_ptr());
+    let packed_ptr = Out(scratch.packed.as_mut_ptr());
+    let (acts_ptr, packed_ptr) = (&acts_ptr, &packed_ptr);
+    let prepare = |g: usize| {
+        let t1 = ((g + 1) * TILE).min(tokens);
+        // SAFETY: `scratch.buf` holds `tokens` rows of `arow` bytes (reserved above);
+        // unit `g` alone touches rows `g·TILE..t1`, and nothing else holds a
+        // reference into the buffer while the units run.
+        let rows = unsafe {
+            std::slice::from_raw_parts_mut(acts_ptr.0.add(g * TILE * arow), (t1 - g * TILE) * arow)
+        };
+        for (xt, at) in x[g * TILE * cols..t1 * cols]
+            .chunks_exact(cols)
+            .zip(rows.chunks_exact_mut(arow))
+        {
+            (k.quantize_activation)(xt, at);
         }
-        if tail_width > 0 {
-            pack::pack(k.activation, cols, tail_width, tail_rows, tail_buf);
+        let packed_at = |offset: usize, len: usize| {
+            // SAFETY: `scratch.packed` holds `packed_len` bytes (resized above); the
+            // ranges asked for (group `g`, or the tail after all groups) are
+            // disjoint between units.
+            unsafe { std::slice::from_raw_parts_mut(packed_ptr.0.add(offset), len) }
+        };
+        if g < groups && packs {
+            pack::pack(k.activation, cols, TILE, rows, packed_at(g * g8, g8));
+        } else if g == groups && tail_width > 0 {
+            let out = packed_at(packed_len - g_tail, g_tail);
+            if packs {
+                pack::pack(
+                    k.activation,
+                    cols,
+                    tail_width,
+                    &rows[..tail_tokens * arow],
+                    out,
+                );
+            } else {
+                // Other activation types are grouped as they lie (consecutive
+                // rows); only the tail is copied, to be padded.
+                let (head, pad) = out.split_at_mut(tail_tokens * arow);
+                head.copy_from_slice(&rows[..tail_tokens * arow]);
+                pad.fill(0);
+            }
         }
-    } else if tail_width > 0 {
-        // Other activation types are grouped as they lie (consecutive rows);
-        // only the tail is copied, to be padded.
-        let (head, pad) = tail_buf.split_at_mut(tail_rows.len());
-        head.copy_from_slice(tail_rows);
-        pad.fill(0);
-    }
-    let (full, tail): (&[u8], &[u8]) = if packs {
-        (&*full_buf, &*tail_buf)
+    };
+    let units = tokens.div_ceil(TILE);
+    if units >= 2 * pool.threads() {
+        pool.run(units, &prepare);
     } else {
-        (&acts[..groups * TILE * arow], &*tail_buf)
+        (0..units).for_each(prepare);
+    }
+    let acts = &scratch.buf[..arow * tokens];
+    let (full, tail): (&[u8], &[u8]) = {
+        let (full_buf, tail_buf) = scratch.packed[..packed_len].split_at(packed_len - g_tail);
+        if packs {
+            (full_buf, tail_buf)
+        } else {
+            (&acts[..groups * TILE * arow], tail_buf)
+        }
     };
     // One chunk size over all rows; task ids run through matrix 0's chunks, then 1's, …
     let total_rows: usize = wms.iter().map(|w| w.rows).sum();
@@ -176,7 +212,7 @@ pub fn matmul_many<const N: usize>(
     let tasks_of: [usize; N] = std::array::from_fn(|m| wms[m].rows.div_ceil(chunk));
     let n_tasks: usize = tasks_of.iter().sum();
     let mut ys = ys;
-    let outs: [Out; N] = std::array::from_fn(|m| Out(ys[m].as_mut_ptr()));
+    let outs: [Out<f32>; N] = std::array::from_fn(|m| Out(ys[m].as_mut_ptr()));
     let outs = &outs;
     pool.run(n_tasks, &|task| {
         let (mut m, mut t0) = (0, task);
