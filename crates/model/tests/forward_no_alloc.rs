@@ -15,7 +15,7 @@ use std::ops::Range;
 
 use lamina_kernels::alloc_count::{CountingAlloc, allocations};
 use lamina_kernels::pool::{Rayon, Serial, ThreadPool};
-use lamina_model::{Model, Workspace};
+use lamina_model::{KvCache, KvType, Model, Workspace};
 
 #[global_allocator]
 static A: CountingAlloc = CountingAlloc;
@@ -76,6 +76,52 @@ fn forward_sequences_does_not_allocate_once_sized() {
                     after - before
                 );
                 assert!(ws.hidden().iter().all(|x| x.is_finite()));
+            }
+        });
+    }
+}
+
+/// Decoding: after a prompt (batched, causal, over an f16 cache) each new
+/// token's forward allocates nothing, on one thread or several.
+#[test]
+fn decoding_a_token_does_not_allocate() {
+    let name = "SmolLM2-135M-Instruct-Q8_0.gguf";
+    let path = lamina_gguf::models_dir().join(name);
+    if !path.is_file() {
+        eprintln!(
+            "SKIPPED: {} is missing (`cargo xtask models` makes it)",
+            path.display()
+        );
+        return;
+    }
+    let model = Model::open(&path).unwrap();
+    let prompt: Vec<u32> = (0..40).map(|i| 100 + i * 7).collect();
+    for pool in [&Serial as &dyn ThreadPool, &Rayon] {
+        pool.install(&mut || {
+            let mut ws = Workspace::new(&model.hp, prompt.len());
+            let mut cache = KvCache::new(&model.hp, 128, KvType::F16);
+            let mut logits = vec![0.0; model.hp.n_vocab];
+            model
+                .forward_cached(&mut ws, &mut cache, &prompt, false, &mut logits, pool)
+                .unwrap();
+            // One token to warm up, then count.
+            model
+                .forward_cached(&mut ws, &mut cache, &[42], false, &mut logits, pool)
+                .unwrap();
+            for step in 0..8u32 {
+                let before = allocations();
+                model
+                    .forward_cached(&mut ws, &mut cache, &[500 + step], false, &mut logits, pool)
+                    .unwrap();
+                let after = allocations();
+                assert_eq!(
+                    after,
+                    before,
+                    "decode step {step} on {} threads: {} allocations",
+                    pool.threads(),
+                    after - before
+                );
+                assert!(logits.iter().all(|x| x.is_finite()));
             }
         });
     }
