@@ -14,8 +14,11 @@
 //!   (`Σ(w+o)·a − o·Σa`); the scales are applied with one vector multiply.
 //!   On aarch64 each 16-byte half of a vector is one `sdot` by element
 //!   (four rows × one weight dword), signed, so the sums go unused.
-//! * Every other activation type (Q8_K): the 8 rows as they are, back to back
-//!   (the K-quant tiles already scale once per 256-value super-block).
+//! * Q8_K: per 256-value super-block, its eight 32-value units laid out as a
+//!   Q8_0 block's quants above, then the rows' scales as f32, then their
+//!   16-value sums as i16 pairs (sums `2p` and `2p+1` of every row, for `p` in
+//!   0..8): one `madd` applies two 16-value scales, or a 32-value min, to
+//!   four or eight rows at once. Same size as the rows themselves.
 
 use half::f16;
 
@@ -40,43 +43,72 @@ pub fn group_bytes(act: GgmlType, cols: usize, n: usize) -> usize {
 
 /// Whether `act` needs [`pack`] (else a group is the rows as they lie).
 pub fn needs_packing(act: GgmlType) -> bool {
-    act == GgmlType::Q8_0
+    matches!(act, GgmlType::Q8_0 | GgmlType::Q8_K)
 }
 
-/// Packs up to `n` consecutive Q8_0 rows (`rows`, a whole number of rows)
-/// into `out` ([`group_bytes`] long); rows past those given are zeros (a
-/// tile's padding: their columns come out 0 and are dropped).
+/// Bytes of one 256-value Q8_K super-block of a group of `n` rows.
+pub const fn q8_k_group_block(n: usize) -> usize {
+    n * 292
+}
+
+/// Where dword `dword` (0..8) of row `c` lands in a packed 32-value unit of a
+/// group of `n` rows.
+const fn dword_at(n: usize, c: usize, dword: usize) -> usize {
+    let (set, lane, j, half) = (c / 4, c % 4, dword % 4, dword / 4);
+    (((j * (n / 4) + set) * 2 + half) * 4 + lane) * 4
+}
+
+/// Packs up to `n` consecutive rows of `act` (Q8_0 or Q8_K; `rows`, a whole
+/// number of rows) into `out` ([`group_bytes`] long); rows past those given
+/// are zeros (a tile's padding: their columns come out 0 and are dropped).
 pub fn pack(act: GgmlType, cols: usize, n: usize, rows: &[u8], out: &mut [u8]) {
-    assert_eq!(act, GgmlType::Q8_0, "only Q8_0 activations are packed");
+    assert!(needs_packing(act), "{act} activations are not packed");
     assert!(n == 4 || n == 8, "groups of 4 or 8 rows");
-    let nb = cols / 32;
-    let arow = nb * 34;
-    let gb = q8_0_group_block(n);
+    let (bs, ts) = (act.block_size(), act.type_size());
+    let nb = cols / bs;
+    let arow = nb * ts;
     assert!(rows.len() <= n * arow && rows.len().is_multiple_of(arow.max(1)));
     let given = rows.len().checked_div(arow).unwrap_or(0);
+    let gb = if act == GgmlType::Q8_0 {
+        q8_0_group_block(n)
+    } else {
+        q8_k_group_block(n)
+    };
     assert_eq!(out.len(), nb * gb);
+    let zeros = [0u8; 292];
     for (i, dst) in out.chunks_exact_mut(gb).enumerate() {
-        let (quants, rest) = dst.split_at_mut(n * 32);
-        let (scales, sums) = rest.split_at_mut(n * 4);
         for c in 0..n {
-            let (set, lane) = (c / 4, c % 4);
-            let zeros = [0u8; 34];
             let b = if c < given {
-                &rows[c * arow + i * 34..][..34]
+                &rows[c * arow + i * ts..][..ts]
             } else {
-                &zeros[..]
+                &zeros[..ts]
             };
-            for j in 0..4 {
-                for half in 0..2 {
-                    let at = (((j * (n / 4) + set) * 2 + half) * 4 + lane) * 4;
-                    let dword = j + 4 * half;
+            if act == GgmlType::Q8_0 {
+                let (quants, rest) = dst.split_at_mut(n * 32);
+                let (scales, sums) = rest.split_at_mut(n * 4);
+                for dword in 0..8 {
+                    let at = dword_at(n, c, dword);
                     quants[at..at + 4].copy_from_slice(&b[2 + 4 * dword..][..4]);
                 }
+                let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
+                scales[c * 4..(c + 1) * 4].copy_from_slice(&d.to_le_bytes());
+                let sum: i32 = b[2..].iter().map(|&q| q as i8 as i32).sum();
+                sums[c * 4..(c + 1) * 4].copy_from_slice(&sum.to_le_bytes());
+            } else {
+                let (units, rest) = dst.split_at_mut(n * 256);
+                let (scales, pairs) = rest.split_at_mut(n * 4);
+                for (u, unit) in units.chunks_exact_mut(n * 32).enumerate() {
+                    for dword in 0..8 {
+                        let at = dword_at(n, c, dword);
+                        unit[at..at + 4].copy_from_slice(&b[4 + 32 * u + 4 * dword..][..4]);
+                    }
+                }
+                scales[c * 4..(c + 1) * 4].copy_from_slice(&b[..4]);
+                for p in 0..8 {
+                    let at = (p * n + c) * 4;
+                    pairs[at..at + 4].copy_from_slice(&b[260 + 4 * p..][..4]);
+                }
             }
-            let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
-            scales[c * 4..(c + 1) * 4].copy_from_slice(&d.to_le_bytes());
-            let sum: i32 = b[2..].iter().map(|&q| q as i8 as i32).sum();
-            sums[c * 4..(c + 1) * 4].copy_from_slice(&sum.to_le_bytes());
         }
     }
 }

@@ -69,7 +69,7 @@ pub(super) unsafe fn hsum_f32(v: __m256) -> f32 {
 }
 
 #[inline(always)]
-unsafe fn hsum_i32(v: __m256i) -> i32 {
+pub(super) unsafe fn hsum_i32(v: __m256i) -> i32 {
     // SAFETY: AVX2 is enabled in every kernel calling this.
     unsafe {
         let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
@@ -573,6 +573,17 @@ unsafe fn f32_at(p: *const u8) -> f32 {
     unsafe { p.cast::<f32>().read_unaligned() }
 }
 
+/// The float steps of every x86 K-quant kernel (row, x4, tiles, AVX-512),
+/// once per super-block with its exact integer sums `s` (scales applied) and
+/// `m` (mins applied): `acc = fma(d_w·d_a, s, acc)`,
+/// `accm = fma(dmin_w·d_a, m, accm)`; the result is `acc − accm`. Scalar
+/// here, the same per lane in the tiles: a token's result is the same in
+/// any batch.
+#[inline(always)]
+pub(super) fn k_block_step(d: f32, s: i32, acc: f32, dm: f32, m: i32, accm: f32) -> (f32, f32) {
+    (d.mul_add(s as f32, acc), dm.mul_add(m as f32, accm))
+}
+
 /// Q4_K (`HIGH = false`) and Q5_K (`HIGH = true`) against `N` Q8_K rows.
 #[inline(always)]
 unsafe fn q45_k<const N: usize, const HIGH: bool>(
@@ -586,7 +597,7 @@ unsafe fn q45_k<const N: usize, const HIGH: bool>(
     unsafe {
         let m4 = _mm256_set1_epi8(0x0F);
         let m1 = _mm256_set1_epi8(1);
-        let mut acc = [_mm256_setzero_ps(); N];
+        let mut acc = [0.0f32; N];
         let mut accm = [0.0f32; N];
         for i in 0..nb {
             let x = w.add(i * bsize);
@@ -622,14 +633,14 @@ unsafe fn q45_k<const N: usize, const HIGH: bool>(
             }
             for c in 0..N {
                 let dy = f32_at(ys[c]);
-                let d = _mm256_set1_ps(dy * dx);
-                acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi[c]), acc[c]);
-                accm[c] += (dy * dminx) * k4_min_sum(mins, ys[c]) as f32;
+                let m = k4_min_sum(mins, ys[c]);
+                (acc[c], accm[c]) =
+                    k_block_step(dy * dx, hsum_i32(sumi[c]), acc[c], dy * dminx, m, accm[c]);
             }
         }
         let mut out = [0.0f32; N];
         for c in 0..N {
-            out[c] = hsum_f32(acc[c]) - accm[c];
+            out[c] = acc[c] - accm[c];
         }
         out
     }
@@ -637,13 +648,14 @@ unsafe fn q45_k<const N: usize, const HIGH: bool>(
 
 /// Q6_K against `N` Q8_K rows. The quants are used unsigned (0..63); the
 /// `-32` offset is applied once per block through the activation's bsums.
+/// Per block, the exact integer sum, then `acc = fma(d_w·d_a, Σ, acc)`.
 #[inline(always)]
 unsafe fn q6_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f32; N] {
     // SAFETY: every row holds `nb` blocks (checked by the wrappers); AVX2/FMA/F16C are enabled.
     unsafe {
         let m4 = _mm256_set1_epi8(0x0F);
         let m2 = _mm256_set1_epi8(3);
-        let mut acc = [_mm256_setzero_ps(); N];
+        let mut acc = [0.0f32; N];
         for i in 0..nb {
             let x = w.add(i * 210);
             prefetch_block(x, 210);
@@ -693,15 +705,11 @@ unsafe fn q6_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f
                 }
             }
             for c in 0..N {
-                let d = _mm256_set1_ps(f32_at(ys[c]) * dx);
-                acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+                let dy = f32_at(ys[c]);
+                acc[c] = (dy * dx).mul_add(hsum_i32(sumi[c]) as f32, acc[c]);
             }
         }
-        let mut out = [0.0f32; N];
-        for (o, v) in out.iter_mut().zip(acc) {
-            *o = hsum_f32(v);
-        }
-        out
+        acc
     }
 }
 
@@ -753,57 +761,209 @@ macro_rules! k_wrappers {
     )*};
 }
 
-/// The 8 rows of a K-quant group, each `nb` Q8_K blocks, back to back.
+/// One 32-value unit of `S` packed sets of four Q8_K rows against unsigned
+/// quants `q`, the steps summed in i16 `STEPS` at a time (the caller keeps
+/// `STEPS · 2 · q_max · 127` within i16), each partial widened with `scale`
+/// (i16 lanes: the 16-value scale of each half, or one 32-value scale):
+/// exact per set, one row per lane, each half on its own.
 #[inline(always)]
-unsafe fn k_group_rows(nb: usize, packed: *const u8) -> [*const u8; 8] {
-    // SAFETY: the wrapper checked that `packed` holds 8 rows of `nb` blocks.
+unsafe fn k_unit<const S: usize, const STEPS: usize>(
+    q: __m256i,
+    y: *const u8,
+    scale: __m256i,
+    acc: &mut [__m256i; S],
+) {
+    // SAFETY: `y` holds the unit's 4 × S packed vectors; AVX2 is enabled in the callers.
     unsafe {
-        let r = nb * 292;
-        [
-            packed,
-            packed.add(r),
-            packed.add(2 * r),
-            packed.add(3 * r),
-            packed.add(4 * r),
-            packed.add(5 * r),
-            packed.add(6 * r),
-            packed.add(7 * r),
-        ]
+        let ws = [
+            dwords::<0>(q),
+            dwords::<1>(q),
+            dwords::<2>(q),
+            dwords::<3>(q),
+        ];
+        for (set, acc) in acc.iter_mut().enumerate() {
+            let mut part = _mm256_setzero_si256();
+            for (j, &w) in ws.iter().enumerate() {
+                let a = load(y.add(32 * (j * S + set)));
+                part = _mm256_add_epi16(part, _mm256_maddubs_epi16(w, a));
+                if (j + 1) % STEPS == 0 {
+                    *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(part, scale));
+                    part = _mm256_setzero_si256();
+                }
+            }
+        }
     }
 }
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn k_q4_k_x8(nb: usize, w: *const u8, packed: *const u8) -> [f32; 8] {
-    // SAFETY: forwarded from the wrapper's checks.
-    unsafe { q45_k::<8, false>(nb, w, k_group_rows(nb, packed)) }
+
+/// `Σ_p madd(pair_p, sums_p)` over the 8 i16 pairs of a packed Q8_K
+/// super-block for one set of four rows: `pairs[p]` holds two i16 factors.
+#[inline(always)]
+unsafe fn k_pair_sums<const S: usize>(pairs: [i32; 8], y: *const u8, set: usize) -> __m128i {
+    // SAFETY: `y` points at the group's 8 × 4S pairs; AVX2 is enabled in the callers.
+    unsafe {
+        let mut m = _mm_setzero_si128();
+        for (p, &f) in pairs.iter().enumerate() {
+            let v = _mm_loadu_si128(y.add((p * 4 * S + 4 * set) * 4).cast());
+            m = _mm_add_epi32(m, _mm_madd_epi16(_mm_set1_epi32(f), v));
+        }
+        m
+    }
 }
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn k_q6_k_x8(nb: usize, w: *const u8, packed: *const u8) -> [f32; 8] {
-    // SAFETY: forwarded from the wrapper's checks.
-    unsafe { q6_k::<8>(nb, w, k_group_rows(nb, packed)) }
+
+/// Two i16 in one i32 lane: `lo` in the low half.
+#[inline(always)]
+fn i16_pair(lo: i32, hi: i32) -> i32 {
+    (lo & 0xFFFF) | (hi << 16)
 }
+
+/// One Q4_K weight row against a packed group of `4·S` Q8_K rows (see
+/// [`crate::pack`]), rows side by side: per super-block the exact integer
+/// sums with scales and with mins, then [`k_block_step`] per lane — the row
+/// kernels' bits.
+#[inline(always)]
+unsafe fn q4_k_tile<const S: usize>(nb: usize, w: *const u8, packed: *const u8) -> [[f32; 4]; S] {
+    // SAFETY: the wrappers checked `nb` weight blocks and `nb` packed super-block
+    // groups of `4·S` rows; AVX2/FMA/F16C are enabled in the callers.
+    unsafe {
+        let gb = crate::pack::q8_k_group_block(4 * S);
+        let m4 = _mm256_set1_epi8(0x0F);
+        let mut acc = [_mm_setzero_ps(); S];
+        let mut accm = [_mm_setzero_ps(); S];
+        for i in 0..nb {
+            let (x, y) = (w.add(i * 144), packed.add(i * gb));
+            prefetch_block(x, 144);
+            let (scales, mins) = k4_scales_mins(&*x.add(4).cast::<[u8; 12]>());
+            let mut sums = [_mm256_setzero_si256(); S];
+            for j in 0..4 {
+                let q = load(x.add(16 + 32 * j));
+                let lo = _mm256_and_si256(q, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                // Nibbles ≤ 15: four steps stay within i16 (4·2·15·127).
+                for (u, q) in [(2 * j, lo), (2 * j + 1, hi)] {
+                    let sc = _mm256_set1_epi16(scales[u] as i16);
+                    k_unit::<S, 4>(q, y.add(u * 128 * S), sc, &mut sums);
+                }
+            }
+            let pairs = mins.map(|m| i16_pair(m as i32, m as i32));
+            let (dx, dminx) = (fp16_x8(x), fp16_x8(x.add(2)));
+            for set in 0..S {
+                let s = fold_set(sums[set]);
+                let m = k_pair_sums::<S>(pairs, y.add(260 * 4 * S), set);
+                let dy = _mm_loadu_ps(y.add(256 * 4 * S + 16 * set).cast());
+                let d = _mm_mul_ps(_mm256_castps256_ps128(dx), dy);
+                let dm = _mm_mul_ps(_mm256_castps256_ps128(dminx), dy);
+                acc[set] = _mm_fmadd_ps(d, _mm_cvtepi32_ps(s), acc[set]);
+                accm[set] = _mm_fmadd_ps(dm, _mm_cvtepi32_ps(m), accm[set]);
+            }
+        }
+        let mut out = [[0.0f32; 4]; S];
+        for set in 0..S {
+            _mm_storeu_ps(out[set].as_mut_ptr(), _mm_sub_ps(acc[set], accm[set]));
+        }
+        out
+    }
+}
+
+/// One Q6_K weight row against a packed group of `4·S` Q8_K rows: unsigned
+/// quants (0..63), the `-32` offset through the 16-value sums, per super-block
+/// the exact integer sum, then `acc = fma(d_w·d_a, Σ, acc)` per lane.
+#[inline(always)]
+unsafe fn q6_k_tile<const S: usize>(nb: usize, w: *const u8, packed: *const u8) -> [[f32; 4]; S] {
+    // SAFETY: as for `q4_k_tile`, with 210-byte weight blocks.
+    unsafe {
+        let gb = crate::pack::q8_k_group_block(4 * S);
+        let m4 = _mm256_set1_epi8(0x0F);
+        let m2 = _mm256_set1_epi8(3);
+        let mut acc = [_mm_setzero_ps(); S];
+        for i in 0..nb {
+            let (x, y) = (w.add(i * 210), packed.add(i * gb));
+            prefetch_block(x, 210);
+            let sc = &*x.add(192).cast::<[i8; 16]>();
+            let mut sums = [_mm256_setzero_si256(); S];
+            for half in 0..2 {
+                let ql = x.add(64 * half);
+                let qh = load(x.add(128 + 32 * half));
+                let (b1, b2) = (load(ql), load(ql.add(32)));
+                let q = [
+                    _mm256_or_si256(
+                        _mm256_and_si256(b1, m4),
+                        _mm256_slli_epi16::<4>(_mm256_and_si256(qh, m2)),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(b2, m4),
+                        _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<2>(qh), m2)),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(b1), m4),
+                        _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<4>(qh), m2)),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(b2), m4),
+                        _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<6>(qh), m2)),
+                    ),
+                ];
+                for (k, &qk) in q.iter().enumerate() {
+                    let u = 4 * half + k;
+                    // Values 0..15 of the unit in the low 128 bits, 16..31 in the high.
+                    let scale = _mm256_set_m128i(
+                        _mm_set1_epi16(sc[2 * u + 1] as i16),
+                        _mm_set1_epi16(sc[2 * u] as i16),
+                    );
+                    // Quants ≤ 63: two steps stay within i16 (2·2·63·127).
+                    k_unit::<S, 2>(qk, y.add(u * 128 * S), scale, &mut sums);
+                }
+            }
+            let pairs: [i32; 8] =
+                std::array::from_fn(|p| i16_pair(sc[2 * p] as i32, sc[2 * p + 1] as i32));
+            let dx = fp16_x8(x.add(208));
+            for set in 0..S {
+                let off = k_pair_sums::<S>(pairs, y.add(260 * 4 * S), set);
+                let s = _mm_sub_epi32(fold_set(sums[set]), _mm_slli_epi32::<5>(off));
+                let dy = _mm_loadu_ps(y.add(256 * 4 * S + 16 * set).cast());
+                let d = _mm_mul_ps(_mm256_castps256_ps128(dx), dy);
+                acc[set] = _mm_fmadd_ps(d, _mm_cvtepi32_ps(s), acc[set]);
+            }
+        }
+        let mut out = [[0.0f32; 4]; S];
+        for set in 0..S {
+            _mm_storeu_ps(out[set].as_mut_ptr(), acc[set]);
+        }
+        out
+    }
+}
+
 macro_rules! k_tiles {
-    ($($ty:ident: $k:ident => $f:ident, $k4:ident => $f4:ident;)*) => {$(
-        pub(crate) fn $f(n: usize, w: &[u8], packed: &[u8]) -> [f32; 8] {
+    ($($ty:ident: $body:ident, $k8:ident => $f8:ident, $k4:ident => $f4:ident;)*) => {$(
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $k8(nb: usize, w: *const u8, packed: *const u8) -> [f32; 8] {
+            // SAFETY: forwarded from the wrapper's checks.
+            let [a, b] = unsafe { $body::<2>(nb, w, packed) };
+            [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
+        }
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $k4(nb: usize, w: *const u8, packed: *const u8) -> [f32; 4] {
+            // SAFETY: forwarded from the wrapper's checks.
+            unsafe { $body::<1>(nb, w, packed)[0] }
+        }
+        pub(crate) fn $f8(n: usize, w: &[u8], packed: &[u8]) -> [f32; 8] {
             let nb = row_blocks(GgmlType::$ty, n, w);
             assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_K, n, 8), "group size");
-            // SAFETY: `nb` weight blocks and 8 rows of `nb` Q8_K blocks (checked above);
+            // SAFETY: `nb` weight blocks and `nb` packed groups of 8 rows (checked above);
             // reachable only through a table handed out after AVX2 detection.
-            unsafe { $k(nb, w.as_ptr(), packed.as_ptr()) }
+            unsafe { $k8(nb, w.as_ptr(), packed.as_ptr()) }
         }
         pub(crate) fn $f4(n: usize, w: &[u8], packed: &[u8]) -> [f32; 4] {
             let nb = row_blocks(GgmlType::$ty, n, w);
             assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_K, n, 4), "group size");
-            let r = nb * 292;
-            let rows = [packed.as_ptr(), packed[r..].as_ptr(), packed[2 * r..].as_ptr(), packed[3 * r..].as_ptr()];
-            // SAFETY: `nb` weight blocks and 4 rows of `nb` Q8_K blocks (checked above);
+            // SAFETY: `nb` weight blocks and `nb` packed groups of 4 rows (checked above);
             // reachable only through a table handed out after AVX2 detection.
-            unsafe { $k4(nb, w.as_ptr(), rows) }
+            unsafe { $k4(nb, w.as_ptr(), packed.as_ptr()) }
         }
     )*};
 }
 k_tiles! {
-    Q4_K: k_q4_k_x8 => tile8_q4_k, k_q4_k_x4 => tile4_q4_k;
-    Q6_K: k_q6_k_x8 => tile8_q6_k, k_q6_k_x4 => tile4_q6_k;
+    Q4_K: q4_k_tile, k_q4_k_x8 => tile8_q4_k, k_q4_k_t4 => tile4_q4_k;
+    Q6_K: q6_k_tile, k_q6_k_x8 => tile8_q6_k, k_q6_k_t4 => tile4_q6_k;
 }
 
 k_wrappers! {

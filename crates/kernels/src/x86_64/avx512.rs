@@ -8,8 +8,8 @@
 //! f16 scales are decoded in software.
 
 use super::avx2::{
-    dwords, fold_halves, fold_set, hsum_f32, legacy_tile4, legacy_tile8, prefetch_block,
-    q4_0_unsigned, q5_0_unsigned, q8_0_unsigned,
+    dwords, fold_halves, fold_set, hsum_i32, k_block_step, legacy_tile4, legacy_tile8,
+    prefetch_block, q4_0_unsigned, q5_0_unsigned, q8_0_unsigned,
 };
 use crate::GgmlType;
 use crate::scalar::{k4_scales_mins, row_blocks};
@@ -52,16 +52,16 @@ unsafe fn fold(v: __m512i) -> __m256i {
 }
 
 /// Q4_K against `N` Q8_K rows: 64 values (two sub-blocks of 32) per
-/// `vpdpbusd`; nibbles are unsigned, unpacked once for all `N` rows. The block
-/// sum is folded to the AVX2 kernels' 8 lanes (see [`fold`]), so each result
-/// is theirs bit for bit.
+/// `vpdpbusd`; nibbles are unsigned, unpacked once for all `N` rows. Each
+/// block's exact integer sums go through [`k_block_step`], so each result is
+/// the AVX2 kernels' bit for bit.
 #[inline(always)]
 unsafe fn q4_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f32; N] {
     // SAFETY: every row holds `nb` blocks (144 and 292 bytes), checked by the
     // wrappers; AVX-512 F/BW/VL + VNNI are enabled in the callers.
     unsafe {
         let m4 = _mm512_set1_epi8(0x0F);
-        let mut acc = [_mm256_setzero_ps(); N];
+        let mut acc = [0.0f32; N];
         let mut summ = [0.0f32; N];
         for i in 0..nb {
             let x = w.add(144 * i);
@@ -88,21 +88,17 @@ unsafe fn q4_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f
             let (dx, dminx) = (fp16(x), fp16(x.add(2)));
             for c in 0..N {
                 let dy = f32_at(ys[c]);
-                acc[c] = _mm256_fmadd_ps(
-                    _mm256_set1_ps(dy * dx),
-                    _mm256_cvtepi32_ps(fold(sumi[c])),
-                    acc[c],
-                );
                 let bsums = &ys[c].add(260).cast::<[i16; 16]>().read_unaligned();
                 let msum: i32 = (0..8)
                     .map(|j| mins[j] as i32 * (bsums[2 * j] as i32 + bsums[2 * j + 1] as i32))
                     .sum();
-                summ[c] += (dy * dminx) * msum as f32;
+                let s = hsum_i32(fold(sumi[c]));
+                (acc[c], summ[c]) = k_block_step(dy * dx, s, acc[c], dy * dminx, msum, summ[c]);
             }
         }
         let mut out = [0.0f32; N];
         for c in 0..N {
-            out[c] = hsum_f32(acc[c]) - summ[c];
+            out[c] = acc[c] - summ[c];
         }
         out
     }
@@ -110,8 +106,8 @@ unsafe fn q4_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f
 
 /// Q6_K against `N` Q8_K rows: unsigned 6-bit quants, 64 values per
 /// `vpdpbusd`, unpacked once for all `N` rows; the `-32` offset comes from the
-/// bsums once per block. Folded to the AVX2 kernels' 8 lanes (see [`fold`]):
-/// their result bit for bit.
+/// bsums once per block. The exact block sum, then the AVX2 kernels' float
+/// step: their result bit for bit.
 #[inline(always)]
 unsafe fn q6_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f32; N] {
     // SAFETY: every row holds `nb` blocks (210 and 292 bytes), checked by the
@@ -119,7 +115,7 @@ unsafe fn q6_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f
     unsafe {
         let m4 = _mm512_set1_epi8(0x0F);
         let m2 = _mm512_set1_epi8(0x30);
-        let mut acc = [_mm256_setzero_ps(); N];
+        let mut acc = [0.0f32; N];
         for i in 0..nb {
             let x = w.add(210 * i);
             prefetch_block(x, 210);
@@ -172,15 +168,11 @@ unsafe fn q6_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f
             for c in 0..N {
                 let off = _mm256_madd_epi16(sc16, load256(ys[c].add(260)));
                 let sumi = _mm256_sub_epi32(fold(sumi[c]), _mm256_slli_epi32::<5>(off));
-                let d = f32_at(ys[c]) * dx;
-                acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[c]);
+                let dy = f32_at(ys[c]);
+                acc[c] = (dy * dx).mul_add(hsum_i32(sumi) as f32, acc[c]);
             }
         }
-        let mut out = [0.0f32; N];
-        for (o, v) in out.iter_mut().zip(acc) {
-            *o = hsum_f32(v);
-        }
-        out
+        acc
     }
 }
 
@@ -240,11 +232,10 @@ macro_rules! k_kernels {
     )*};
 }
 
-// Q4_K's tiles are AVX2's (see the AVX512 table).
+// The K-quant tiles are AVX2's (see the AVX512 table).
 k_kernels! {
     Q4_K: q4_k => k_q4_k, k_q4_k_x4, vec_dot_q4_k, vec_dot_x4_q4_k;
-    Q6_K: q6_k => k_q6_k, k_q6_k_x4, vec_dot_q6_k, vec_dot_x4_q6_k,
-        tiles k_q6_k_x8 => tile8_q6_k, tile4_q6_k;
+    Q6_K: q6_k => k_q6_k, k_q6_k_x4, vec_dot_q6_k, vec_dot_x4_q6_k;
 }
 
 /// `S` packed sets of four rows against unsigned quants `q` with 256-bit

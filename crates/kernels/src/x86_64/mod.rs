@@ -187,8 +187,8 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
     ),
     with(AVX2[8], V, None, None, None),
     with(AVX2[9], V, None, None, None),
-    // AVX2's Q4_K tiles (the same bits): the VNNI ones took 7.6 ns per block
-    // and 8 rows against AVX2's 5.0 (one thread, 2048 columns).
+    // The K-quant tiles are AVX2's (rows side by side, the same bits as the
+    // VNNI row kernels).
     tiles(
         with(
             AVX2[10],
@@ -209,7 +209,7 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
             Some(avx512::vec_dot_q6_k),
             Some(avx512::vec_dot_x4_q6_k),
         ),
-        avx512::tile8_q6_k,
-        avx512::tile4_q6_k,
+        avx2::tile8_q6_k,
+        avx2::tile4_q6_k,
     ),
 ];
