@@ -1,5 +1,5 @@
-//! The small thread-pool interface matmul runs on, so rayon can later be
-//! swapped for a persistent spinning pool without touching the kernels.
+//! The small thread-pool interface matmul runs on (rayon's, or the spinning
+//! [`crate::spin`] pool), and [`rows2`] for per-token ops over a batch.
 
 /// Runs `n_tasks` independent tasks, in parallel where it can, and returns when all are done.
 pub trait ThreadPool: Sync {
@@ -54,6 +54,92 @@ impl ThreadPool for Rayon {
             f()
         } else {
             rayon::scope(|_| f())
+        }
+    }
+}
+
+/// A pointer shared by the tasks of [`rows2`], each using disjoint rows.
+struct Rows(*mut f32);
+// SAFETY: `rows2` hands every task a disjoint range of rows, so no element is
+// reached by two threads.
+unsafe impl Sync for Rows {}
+
+/// Below this many rows, [`rows2`] runs on the calling thread (waking the
+/// pool costs more than per-token ops on a few rows).
+pub const PARALLEL_ROWS: usize = 16;
+
+/// What [`rows2`] calls for row `i`: `f(i, a_i, b_i)`.
+pub type RowFn<'a> = dyn Fn(usize, &mut [f32], &mut [f32]) + Sync + 'a;
+
+/// Calls `f(i, a_i, b_i)` for every row `i < n`, where `a` and `b` hold `n`
+/// rows each (`a.len() / n` and `b.len() / n` values; either may be empty):
+/// per-token ops (norms, RoPE, residuals, gated activations) over a batch,
+/// in chunks of rows on `pool` from [`PARALLEL_ROWS`] rows on. A row's
+/// result does not depend on the chunking.
+pub fn rows2(pool: &dyn ThreadPool, n: usize, a: &mut [f32], b: &mut [f32], f: &RowFn<'_>) {
+    if n == 0 {
+        return;
+    }
+    assert!(
+        a.len().is_multiple_of(n) && b.len().is_multiple_of(n),
+        "{n} rows"
+    );
+    let (ra, rb) = (a.len() / n, b.len() / n);
+    if n < PARALLEL_ROWS || pool.threads() < 2 {
+        for i in 0..n {
+            f(
+                i,
+                &mut a[i * ra..(i + 1) * ra],
+                &mut b[i * rb..(i + 1) * rb],
+            );
+        }
+        return;
+    }
+    let tasks = (pool.threads() * 2).min(n);
+    let per = n.div_ceil(tasks);
+    let (pa, pb) = (Rows(a.as_mut_ptr()), Rows(b.as_mut_ptr()));
+    let (pa, pb) = (&pa, &pb);
+    pool.run(n.div_ceil(per), &|task| {
+        for i in task * per..((task + 1) * per).min(n) {
+            // SAFETY: row `i < n` lies inside `a` and `b` (`n` rows of `ra` / `rb`
+            // values, checked above), and each row belongs to exactly one task,
+            // while `a` and `b` stay mutably borrowed by this call.
+            let (ai, bi) = unsafe {
+                (
+                    std::slice::from_raw_parts_mut(pa.0.add(i * ra), ra),
+                    std::slice::from_raw_parts_mut(pb.0.add(i * rb), rb),
+                )
+            };
+            f(i, ai, bi);
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows2_visits_every_row_once_with_its_own_slices() {
+        for n in [0, 1, 5, PARALLEL_ROWS, 37] {
+            for pool in [&Serial as &dyn ThreadPool, &Rayon] {
+                let mut a: Vec<f32> = (0..n * 3).map(|v| v as f32).collect();
+                let mut b = vec![0.0f32; n * 2];
+                rows2(pool, n, &mut a, &mut b, &|i, a, b| {
+                    assert_eq!((a.len(), b.len()), (3, 2));
+                    assert_eq!(a[0], (i * 3) as f32);
+                    a.iter_mut().for_each(|v| *v += 1.0);
+                    b.fill(i as f32);
+                });
+                assert!(a.iter().enumerate().all(|(v, &x)| x == v as f32 + 1.0));
+                assert!(b.chunks(2).enumerate().all(|(i, r)| r == [i as f32; 2]));
+                let mut c: Vec<f32> = vec![1.0; n * 4];
+                rows2(pool, n, &mut c, &mut [], &|_, c, e| {
+                    assert!(e.is_empty());
+                    c[0] = 2.0;
+                });
+                assert!(c.chunks(4).all(|r| r == [2.0, 1.0, 1.0, 1.0]));
+            }
         }
     }
 }

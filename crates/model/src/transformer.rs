@@ -21,7 +21,7 @@ use lamina_gguf::Gguf;
 use lamina_kernels::attention::{AttnShape, KvRows, attention};
 use lamina_kernels::matmul::Scratch;
 use lamina_kernels::ops;
-use lamina_kernels::pool::ThreadPool;
+use lamina_kernels::pool::{ThreadPool, rows2};
 
 use crate::ModelError;
 use crate::hparams::{Arch, HParams, Window};
@@ -358,9 +358,10 @@ impl Model {
         let (d, qd, kvd, ff, hd) = (hp.n_embd, hp.q_dim(), hp.kv_dim(), hp.n_ff, hp.head_dim);
         let eps = hp.rms_eps;
 
-        for (x, o) in b.x[..t * d].chunks_exact(d).zip(b.xn.chunks_exact_mut(d)) {
-            ops::rms_norm_weighted(x, &l.attn_norm, eps, o);
-        }
+        let x = &b.x[..t * d];
+        rows2(pool, t, &mut b.xn[..t * d], &mut [], &|i, o, _| {
+            ops::rms_norm_weighted(&x[i * d..(i + 1) * d], &l.attn_norm, eps, o)
+        });
         let xn = &b.xn[..t * d];
         forward_many(
             [&l.wq, &l.wk, &l.wv],
@@ -374,28 +375,33 @@ impl Model {
 
         let base = hp.layer_rope_base(il);
         let factors = self.rope_freqs.as_deref();
-        for (i, &p) in pos.iter().enumerate() {
-            let q = &mut b.q[i * qd..(i + 1) * qd];
-            let k = &mut b.k[i * kvd..(i + 1) * kvd];
-            if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
-                q.chunks_exact_mut(hd)
-                    .for_each(|h| ops::rms_norm_weighted_in_place(h, qn, eps));
-                k.chunks_exact_mut(hd)
-                    .for_each(|h| ops::rms_norm_weighted_in_place(h, kn, eps));
-            }
-            for x in [q, k] {
-                ops::rope_scaled(
-                    x,
-                    hd,
-                    hp.rope_dims,
-                    p,
-                    base,
-                    hp.rope_freq_scale,
-                    factors,
-                    hp.rope_layout,
-                );
-            }
-        }
+        rows2(
+            pool,
+            t,
+            &mut b.q[..t * qd],
+            &mut b.k[..t * kvd],
+            &|i, q, k| {
+                let p = pos[i];
+                if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
+                    q.chunks_exact_mut(hd)
+                        .for_each(|h| ops::rms_norm_weighted_in_place(h, qn, eps));
+                    k.chunks_exact_mut(hd)
+                        .for_each(|h| ops::rms_norm_weighted_in_place(h, kn, eps));
+                }
+                for x in [q, k] {
+                    ops::rope_scaled(
+                        x,
+                        hd,
+                        hp.rope_dims,
+                        p,
+                        base,
+                        hp.rope_freq_scale,
+                        factors,
+                        hp.rope_layout,
+                    );
+                }
+            },
+        );
 
         let shape = AttnShape {
             n_head: hp.n_head,
@@ -431,39 +437,51 @@ impl Model {
 
         let o = &mut b.o[..t * d];
         l.wo.forward(f, &b.att[..t * qd], t, o, &mut b.scratch, pool)?;
-        self.residual(&l.post_attn_norm, o, &mut b.x[..t * d]);
+        self.residual(&l.post_attn_norm, t, o, &mut b.x[..t * d], pool);
 
-        for (x, o) in b.x[..t * d].chunks_exact(d).zip(b.xn.chunks_exact_mut(d)) {
-            ops::rms_norm_weighted(x, &l.ffn_norm, eps, o);
-        }
+        let x = &b.x[..t * d];
+        rows2(pool, t, &mut b.xn[..t * d], &mut [], &|i, o, _| {
+            ops::rms_norm_weighted(&x[i * d..(i + 1) * d], &l.ffn_norm, eps, o)
+        });
         let xn = &b.xn[..t * d];
         l.gate
             .forward(f, xn, t, &mut b.gate[..t * ff], &mut b.scratch, pool)?;
         l.up.forward(f, xn, t, &mut b.up[..t * ff], &mut b.scratch, pool)?;
         let (g, u) = (&mut b.gate[..t * ff], &b.up[..t * ff]);
-        if hp.arch.is_gemma() {
-            ops::gelu_mul(g, u);
-        } else {
-            ops::silu_mul(g, u);
-        }
+        let gelu = hp.arch.is_gemma();
+        rows2(pool, t, g, &mut [], &|i, g, _| {
+            let u = &u[i * ff..(i + 1) * ff];
+            if gelu {
+                ops::gelu_mul(g, u)
+            } else {
+                ops::silu_mul(g, u)
+            }
+        });
         let o = &mut b.o[..t * d];
         l.down
             .forward(f, &b.gate[..t * ff], t, o, &mut b.scratch, pool)?;
-        self.residual(&l.post_ffn_norm, o, &mut b.x[..t * d]);
+        self.residual(&l.post_ffn_norm, t, o, &mut b.x[..t * d], pool);
         Ok(())
     }
 
     /// `x += scale · norm(o)` (the norm only where the model has a post-norm).
-    fn residual(&self, post_norm: &Option<Vec<f32>>, o: &mut [f32], x: &mut [f32]) {
-        let d = self.hp.n_embd;
-        if let Some(w) = post_norm {
-            o.chunks_exact_mut(d)
-                .for_each(|r| ops::rms_norm_weighted_in_place(r, w, self.hp.rms_eps));
-        }
-        if self.hp.residual_scale != 1.0 {
-            ops::scale(o, self.hp.residual_scale);
-        }
-        ops::add_in_place(x, o);
+    fn residual(
+        &self,
+        post_norm: &Option<Vec<f32>>,
+        t: usize,
+        o: &mut [f32],
+        x: &mut [f32],
+        pool: &dyn ThreadPool,
+    ) {
+        rows2(pool, t, o, x, &|_, o, x| {
+            if let Some(w) = post_norm {
+                ops::rms_norm_weighted_in_place(o, w, self.hp.rms_eps);
+            }
+            if self.hp.residual_scale != 1.0 {
+                ops::scale(o, self.hp.residual_scale);
+            }
+            ops::add_in_place(x, o);
+        });
     }
 }
 
