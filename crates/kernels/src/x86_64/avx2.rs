@@ -646,6 +646,42 @@ unsafe fn q45_k<const N: usize, const HIGH: bool>(
     }
 }
 
+/// The 128 unsigned 6-bit quants (0..63) of half `half` of the Q6_K block at
+/// `x`, as four vectors of 32 consecutive values.
+#[inline(always)]
+unsafe fn q6_k_quants(x: *const u8, half: usize) -> [__m256i; 4] {
+    // SAFETY: a Q6_K block has ql at 0 (128 bytes) and qh at 128 (64 bytes);
+    // AVX2 is enabled in every kernel calling this.
+    unsafe {
+        let (m4, m2) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(3));
+        let ql = x.add(64 * half);
+        let qh = load(x.add(128 + 32 * half));
+        let (b1, b2) = (load(ql), load(ql.add(32)));
+        // Two high bits moved to bits 4..5 (a helper, not a closure: closures
+        // do not inherit `target_feature`).
+        #[inline(always)]
+        unsafe fn high(bits: __m256i, m2: __m256i) -> __m256i {
+            // SAFETY: AVX2 is enabled in every kernel calling this.
+            unsafe { _mm256_slli_epi16::<4>(_mm256_and_si256(bits, m2)) }
+        }
+        [
+            _mm256_or_si256(_mm256_and_si256(b1, m4), high(qh, m2)),
+            _mm256_or_si256(
+                _mm256_and_si256(b2, m4),
+                high(_mm256_srli_epi16::<2>(qh), m2),
+            ),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(b1), m4),
+                high(_mm256_srli_epi16::<4>(qh), m2),
+            ),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(b2), m4),
+                high(_mm256_srli_epi16::<6>(qh), m2),
+            ),
+        ]
+    }
+}
+
 /// Q6_K against `N` Q8_K rows. The quants are used unsigned (0..63); the
 /// `-32` offset is applied once per block through the activation's bsums.
 /// Per block, the exact integer sum, then `acc = fma(d_w·d_a, Σ, acc)`.
@@ -653,8 +689,6 @@ unsafe fn q45_k<const N: usize, const HIGH: bool>(
 unsafe fn q6_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f32; N] {
     // SAFETY: every row holds `nb` blocks (checked by the wrappers); AVX2/FMA/F16C are enabled.
     unsafe {
-        let m4 = _mm256_set1_epi8(0x0F);
-        let m2 = _mm256_set1_epi8(3);
         let mut acc = [0.0f32; N];
         for i in 0..nb {
             let x = w.add(i * 210);
@@ -670,27 +704,7 @@ unsafe fn q6_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f
                 sumi[c] = _mm256_sub_epi32(sumi[c], _mm256_slli_epi32::<5>(off));
             }
             for half in 0..2 {
-                let ql = x.add(64 * half);
-                let qh = load(x.add(128 + 32 * half));
-                let (b1, b2) = (load(ql), load(ql.add(32)));
-                let q = [
-                    _mm256_or_si256(
-                        _mm256_and_si256(b1, m4),
-                        _mm256_slli_epi16::<4>(_mm256_and_si256(qh, m2)),
-                    ),
-                    _mm256_or_si256(
-                        _mm256_and_si256(b2, m4),
-                        _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<2>(qh), m2)),
-                    ),
-                    _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(b1), m4),
-                        _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<4>(qh), m2)),
-                    ),
-                    _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(b2), m4),
-                        _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<6>(qh), m2)),
-                    ),
-                ];
+                let q = q6_k_quants(x, half);
                 for (k, &qk) in q.iter().enumerate() {
                     let s = 8 * half + 2 * k;
                     let scale = _mm256_set_m128i(
@@ -872,8 +886,6 @@ unsafe fn q6_k_tile<const S: usize>(nb: usize, w: *const u8, packed: *const u8) 
     // SAFETY: as for `q4_k_tile`, with 210-byte weight blocks.
     unsafe {
         let gb = crate::pack::q8_k_group_block(4 * S);
-        let m4 = _mm256_set1_epi8(0x0F);
-        let m2 = _mm256_set1_epi8(3);
         let mut acc = [_mm_setzero_ps(); S];
         for i in 0..nb {
             let (x, y) = (w.add(i * 210), packed.add(i * gb));
@@ -881,27 +893,7 @@ unsafe fn q6_k_tile<const S: usize>(nb: usize, w: *const u8, packed: *const u8) 
             let sc = &*x.add(192).cast::<[i8; 16]>();
             let mut sums = [_mm256_setzero_si256(); S];
             for half in 0..2 {
-                let ql = x.add(64 * half);
-                let qh = load(x.add(128 + 32 * half));
-                let (b1, b2) = (load(ql), load(ql.add(32)));
-                let q = [
-                    _mm256_or_si256(
-                        _mm256_and_si256(b1, m4),
-                        _mm256_slli_epi16::<4>(_mm256_and_si256(qh, m2)),
-                    ),
-                    _mm256_or_si256(
-                        _mm256_and_si256(b2, m4),
-                        _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<2>(qh), m2)),
-                    ),
-                    _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(b1), m4),
-                        _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<4>(qh), m2)),
-                    ),
-                    _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(b2), m4),
-                        _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<6>(qh), m2)),
-                    ),
-                ];
+                let q = q6_k_quants(x, half);
                 for (k, &qk) in q.iter().enumerate() {
                     let u = 4 * half + k;
                     // Values 0..15 of the unit in the low 128 bits, 16..31 in the high.
