@@ -156,6 +156,14 @@ pub fn attention_on(
             "attention with {n_head} heads, {n_head_kv} kv heads of {hd} values"
         )));
     }
+    if matches!(
+        (k, v),
+        (KvRows::F32(_), KvRows::F16(_)) | (KvRows::F16(_), KvRows::F32(_))
+    ) {
+        return Err(KernelError::Shape(
+            "attention: keys and values of different element types".into(),
+        ));
+    }
     let q_row = n_head * hd;
     let kv_row = n_head_kv * hd;
     if !q.len().is_multiple_of(q_row) || q.len() != out.len() || k.len() != v.len() {
@@ -421,39 +429,28 @@ mod tests {
             ];
             for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
                 for keys in masks {
-                    let want = naive(&shape, &q, &k, &v, keys);
-                    for pool in [&Serial as &dyn ThreadPool, &Rayon] {
-                        let mut got = vec![f32::NAN; q.len()];
-                        attention_on(
-                            isa,
-                            &shape,
-                            &q,
+                    let cases = [
+                        (
+                            "f32",
                             KvRows::F32(&k),
                             KvRows::F32(&v),
-                            keys,
-                            &mut got,
-                            pool,
-                        )
-                        .unwrap();
-                        for (a, b) in got.iter().zip(&want) {
-                            assert!((a - b).abs() < 1e-5, "{isa} hd {hd}: {a} vs {b}");
+                            naive(&shape, &q, &k, &v, keys),
+                        ),
+                        (
+                            "f16",
+                            KvRows::F16(&kh),
+                            KvRows::F16(&vh),
+                            naive(&shape, &q, &k16, &v16, keys),
+                        ),
+                    ];
+                    for (ty, kr, vr, want) in cases {
+                        for pool in [&Serial as &dyn ThreadPool, &Rayon] {
+                            let mut got = vec![f32::NAN; q.len()];
+                            attention_on(isa, &shape, &q, kr, vr, keys, &mut got, pool).unwrap();
+                            for (a, b) in got.iter().zip(&want) {
+                                assert!((a - b).abs() < 1e-5, "{isa} hd {hd} {ty}: {a} vs {b}");
+                            }
                         }
-                    }
-                    let want = naive(&shape, &q, &k16, &v16, keys);
-                    let mut got = vec![f32::NAN; q.len()];
-                    attention_on(
-                        isa,
-                        &shape,
-                        &q,
-                        KvRows::F16(&kh),
-                        KvRows::F16(&vh),
-                        keys,
-                        &mut got,
-                        &Rayon,
-                    )
-                    .unwrap();
-                    for (a, b) in got.iter().zip(&want) {
-                        assert!((a - b).abs() < 1e-5, "{isa} hd {hd} f16: {a} vs {b}");
                     }
                 }
             }
@@ -537,5 +534,21 @@ mod tests {
             )
             .is_err()
         );
+        // Keys and values of different element types are refused, not a panic.
+        let half = [f16::ZERO; 24];
+        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+            let e = attention_on(
+                isa,
+                &shape,
+                &x[..8],
+                KvRows::F32(&x[..8]),
+                KvRows::F16(&half[..8]),
+                &|_| 0..1,
+                &mut out[..8],
+                &Serial,
+            )
+            .unwrap_err();
+            assert!(e.to_string().contains("element types"), "{e}");
+        }
     }
 }

@@ -121,7 +121,10 @@ pub fn matmul_many<const N: usize>(
     // whose extra columns are dropped (a tile gives each column the row
     // kernel's bits, so padding changes nothing). A single token (decoding)
     // takes the row kernel. The groups are packed once here.
-    let tiles = k.tiles.filter(|_| tokens >= 2);
+    // Every tiled type's activations are packed (Q8_0, Q8_K).
+    let tiles = k
+        .tiles
+        .filter(|_| tokens >= 2 && pack::needs_packing(k.activation));
     let groups = if tiles.is_some() { tokens / TILE } else { 0 };
     let rem = tokens - groups * TILE;
     let tail_width = match rem {
@@ -138,8 +141,7 @@ pub fn matmul_many<const N: usize>(
         0
     };
     let grouped_tokens = groups * TILE + tail_tokens;
-    let packs = pack::needs_packing(k.activation);
-    let packed_len = if packs { groups * g8 } else { 0 } + g_tail;
+    let packed_len = if tiles.is_some() { groups * g8 } else { 0 } + g_tail;
     if scratch.packed.len() < packed_len {
         scratch.packed.resize(packed_len, 0);
     }
@@ -170,25 +172,20 @@ pub fn matmul_many<const N: usize>(
             // disjoint between units.
             unsafe { std::slice::from_raw_parts_mut(packed_ptr.0.add(offset), len) }
         };
-        if g < groups && packs {
+        if tiles.is_none() {
+            return;
+        }
+        if g < groups {
             pack::pack(k.activation, cols, TILE, rows, packed_at(g * g8, g8));
-        } else if g == groups && tail_width > 0 {
+        } else if tail_width > 0 {
             let out = packed_at(packed_len - g_tail, g_tail);
-            if packs {
-                pack::pack(
-                    k.activation,
-                    cols,
-                    tail_width,
-                    &rows[..tail_tokens * arow],
-                    out,
-                );
-            } else {
-                // Other activation types are grouped as they lie (consecutive
-                // rows); only the tail is copied, to be padded.
-                let (head, pad) = out.split_at_mut(tail_tokens * arow);
-                head.copy_from_slice(&rows[..tail_tokens * arow]);
-                pad.fill(0);
-            }
+            pack::pack(
+                k.activation,
+                cols,
+                tail_width,
+                &rows[..tail_tokens * arow],
+                out,
+            );
         }
     };
     let units = tokens.div_ceil(TILE);
@@ -198,14 +195,7 @@ pub fn matmul_many<const N: usize>(
         (0..units).for_each(prepare);
     }
     let acts = &scratch.buf[..arow * tokens];
-    let (full, tail): (&[u8], &[u8]) = {
-        let (full_buf, tail_buf) = scratch.packed[..packed_len].split_at(packed_len - g_tail);
-        if packs {
-            (full_buf, tail_buf)
-        } else {
-            (&acts[..groups * TILE * arow], tail_buf)
-        }
-    };
+    let (full, tail) = scratch.packed[..packed_len].split_at(packed_len - g_tail);
     // One chunk size over all rows; task ids run through matrix 0's chunks, then 1's, …
     let total_rows: usize = wms.iter().map(|w| w.rows).sum();
     let chunk = chunk_rows(total_rows, pool.threads());

@@ -256,7 +256,7 @@ impl Model {
             };
             self.layer(il, bufs, &pos[..t], None, &keys, pool)?;
         }
-        self.final_norm(bufs);
+        self.final_norm(bufs, pool);
         Ok(())
     }
 
@@ -314,7 +314,7 @@ impl Model {
             self.layer(il, bufs, &pos[..t], Some(&mut *cache), &keys, pool)?;
         }
         cache.len = p0 + t;
-        self.final_norm(bufs);
+        self.final_norm(bufs, pool);
         let d = self.hp.n_embd;
         let first = t - n_out;
         let x = &bufs.xn[first * d..t * d];
@@ -329,14 +329,17 @@ impl Model {
     }
 
     /// Final RMSNorm of every token, `x → xn`.
-    fn final_norm(&self, b: &mut Buffers) {
-        let d = self.hp.n_embd;
-        for (x, o) in b.x[..b.t * d]
-            .chunks_exact(d)
-            .zip(b.xn[..b.t * d].chunks_exact_mut(d))
-        {
-            ops::rms_norm_weighted(x, &self.output_norm, self.hp.rms_eps, o);
-        }
+    fn final_norm(&self, b: &mut Buffers, pool: &dyn ThreadPool) {
+        let (d, t) = (self.hp.n_embd, b.t);
+        let x = &b.x[..t * d];
+        rows2(pool, t, &mut b.xn[..t * d], &mut [], &|i, o, _| {
+            ops::rms_norm_weighted(
+                &x[i * d..(i + 1) * d],
+                &self.output_norm,
+                self.hp.rms_eps,
+                o,
+            )
+        });
     }
 
     /// One block over the `b.t` tokens in `b.x`, in place. With a cache, the

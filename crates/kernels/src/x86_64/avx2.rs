@@ -10,8 +10,9 @@
 //! unpacks each weight block once.
 //!
 //! Integer sums are exact (`maddubs` only ever sees an unsigned operand
-//! ≤ 63, or |w| ≤ 128 against an activation in `[-127, 127]`: no saturation);
-//! floats are combined per block with FMA in 8 lanes, so results differ from
+//! ≤ 63, or |w| ≤ 128 against an activation in `[-127, 127]`: no saturation,
+//! and i16 partial sums are bounded where they are kept); each block's (or
+//! super-block's) exact sum is scaled with one FMA, so results differ from
 //! the scalar reference by reassociation only.
 
 use crate::GgmlType;
@@ -382,30 +383,14 @@ unsafe fn signed_sets<const S: usize>(q: __m256i, y: *const u8) -> [__m256i; S] 
 
 /// `S` packed sets against unsigned quants `q ≤ 31` (Q4_0, Q5_0): a pair of
 /// `maddubs` products is at most 2·31·127, so the four steps add up in i16
-/// (≤ 31,496) and widen once.
+/// (≤ 31,496) and widen once ([`k_unit`] with a scale of 1).
 #[inline(always)]
 unsafe fn narrow_sets<const S: usize>(q: __m256i, y: *const u8) -> [__m256i; S] {
     // SAFETY: `y` holds 4 × S packed vectors; AVX2 is enabled in the callers.
     unsafe {
-        let ws = [
-            dwords::<0>(q),
-            dwords::<1>(q),
-            dwords::<2>(q),
-            dwords::<3>(q),
-        ];
         let mut acc = [_mm256_setzero_si256(); S];
-        for (j, &w) in ws.iter().enumerate() {
-            for (set, acc) in acc.iter_mut().enumerate() {
-                let a = load(y.add(32 * (j * S + set)));
-                *acc = _mm256_add_epi16(*acc, _mm256_maddubs_epi16(w, a));
-            }
-        }
-        let ones = _mm256_set1_epi16(1);
-        let mut out = [_mm256_setzero_si256(); S];
-        for (o, a) in out.iter_mut().zip(acc) {
-            *o = _mm256_madd_epi16(a, ones);
-        }
-        out
+        k_unit::<S, 4>(q, y, _mm256_set1_epi16(1), &mut acc);
+        acc
     }
 }
 
@@ -1435,7 +1420,7 @@ pub(crate) fn attend_row(args: crate::attention::RowArgs<'_>, out: &mut [f32]) {
         return;
     }
     // Every key row of the range must hold the head: `(end-1)·kv_row + off + hd ≤ len`.
-    let fits = |len: usize| keys.is_empty() || (keys.end - 1) * kv_row + off + hd <= len;
+    let fits = |len: usize| (keys.end - 1) * kv_row + off + hd <= len;
     match (k, v) {
         (KvRows::F32(k), KvRows::F32(v)) => {
             assert!(fits(k.len()) && fits(v.len()), "key rows {keys:?}");
@@ -1474,7 +1459,8 @@ pub(crate) fn attend_row(args: crate::attention::RowArgs<'_>, out: &mut [f32]) {
                 )
             }
         }
-        _ => panic!("keys and values of different types"),
+        // `attention_on` refuses keys and values of different types.
+        _ => unreachable!("keys and values of different types"),
     }
 }
 

@@ -177,8 +177,7 @@ unsafe fn q6_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f
 }
 
 macro_rules! k_kernels {
-    ($($ty:ident: $body:ident => $k1:ident, $k4:ident, $one:ident, $x4:ident
-       $(, tiles $k8:ident => $t8:ident, $t4:ident)?;)*) => {$(
+    ($($ty:ident: $body:ident => $k1:ident, $k4:ident, $one:ident, $x4:ident;)*) => {$(
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
         unsafe fn $k1(nb: usize, w: *const u8, a: [*const u8; 1]) -> [f32; 1] {
             // SAFETY: forwarded from the wrapper's checks.
@@ -204,31 +203,6 @@ macro_rules! k_kernels {
             // SAFETY: as for the row kernel; all five rows hold `nb` blocks.
             unsafe { $k4(nb, w.as_ptr(), a.map(<[u8]>::as_ptr)) }
         }
-        $(
-        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-        unsafe fn $k8(nb: usize, w: *const u8, a: [*const u8; 8]) -> [f32; 8] {
-            // SAFETY: forwarded from the wrapper's checks.
-            unsafe { $body::<8>(nb, w, a) }
-        }
-        pub(crate) fn $t8(n: usize, w: &[u8], packed: &[u8]) -> [f32; 8] {
-            let nb = row_blocks(GgmlType::$ty, n, w);
-            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_K, n, 8), "group size");
-            let r = nb * 292;
-            let rows = std::array::from_fn(|c| packed[c * r..].as_ptr());
-            // SAFETY: `nb` weight blocks and 8 rows of `nb` Q8_K blocks (checked above);
-            // reachable only through the AVX512 table.
-            unsafe { $k8(nb, w.as_ptr(), rows) }
-        }
-        pub(crate) fn $t4(n: usize, w: &[u8], packed: &[u8]) -> [f32; 4] {
-            let nb = row_blocks(GgmlType::$ty, n, w);
-            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_K, n, 4), "group size");
-            let r = nb * 292;
-            let rows = std::array::from_fn(|c| packed[c * r..].as_ptr());
-            // SAFETY: `nb` weight blocks and 4 rows of `nb` Q8_K blocks (checked above);
-            // reachable only through the AVX512 table.
-            unsafe { $k4(nb, w.as_ptr(), rows) }
-        }
-        )?
     )*};
 }
 
