@@ -1145,7 +1145,7 @@ fn generate(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
             |n| n.to_string_lossy().into_owned(),
         );
         report.models.push(model.display().to_string());
-        if name.starts_with("embeddinggemma") {
+        if is_embedding_model(&model) {
             // An embedding model has no LM head: its prompt processing is
             // one embedding forward over a ~512-token text.
             embed_pp(args, &lamina, &lbench, &model, &name, threads, report)?;
@@ -1239,6 +1239,13 @@ fn generate(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Whether `model` is an embedding model (no LM head), by its file name.
+pub(crate) fn is_embedding_model(model: &Path) -> bool {
+    model
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with("embeddinggemma"))
 }
 
 /// Prompt processing of an embedding model: `lamina bench embed` on the long

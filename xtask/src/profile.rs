@@ -214,6 +214,13 @@ fn workload_cmd(
                 cmd.args(["--batch", &bench::BATCH.to_string()]);
             }
         }
+        Workload::Pp if bench::is_embedding_model(model) => {
+            // As `bench generate` does: an embedding model's prompt processing
+            // is one embedding forward over the long text repeated 9 times.
+            let text = [LONG_TEXT; 9].join(" ");
+            cmd.args(["bench", "embed", "-t", &t, "--runs", &r, "--text", &text])
+                .args(["--warmup", &warmup.to_string()]);
+        }
         Workload::Pp | Workload::Tg => {
             let probe = Command::new(lamina)
                 .args(["bench", "generate", "--help"])

@@ -3,9 +3,9 @@
 //!
 //! All activations are quantized once per call into the caller's
 //! [`Scratch`]; output rows are split into chunks run on a [`ThreadPool`].
-//! Where the ISA has tiles ([`TypeKernels::tiles`]), groups of 8 tokens (and
-//! a padded group for a remainder of 2 to 7) go through the 1×8/1×4 tiles,
-//! which unpack a weight block once for all their columns; otherwise groups
+//! Where the ISA has tiles ([`TypeKernels::tiles`]), groups of 16 or 8 tokens
+//! (and a padded group for a remainder of 2 to 7) go through the
+//! 1×16/1×8/1×4 tiles, which unpack a weight block once for all their columns; otherwise groups
 //! of 4 through [`TypeKernels::vec_dot_x4`]. The rest (and `T = 1`, the
 //! memory-bound decode case) stream rows through [`TypeKernels::vec_dot`].
 //! Once the scratch is large enough, a call allocates nothing.
@@ -116,86 +116,55 @@ pub fn matmul_many<const N: usize>(
     let arow = k.activation_row_bytes(cols);
     let wrow = k.weight_row_bytes(cols);
     scratch.reserve(k, cols, tokens);
-    // Whole groups of 8 tokens go through the 1×8 tile; a remainder of 2 to 7
-    // tokens goes through one more tile (4 or 8 wide) padded with zero rows,
-    // whose extra columns are dropped (a tile gives each column the row
-    // kernel's bits, so padding changes nothing). A single token (decoding)
-    // takes the row kernel. The groups are packed once here.
-    // Every tiled type's activations are packed (Q8_0, Q8_K).
     let tiles = k
         .tiles
         .filter(|_| tokens >= 2 && pack::needs_packing(k.activation));
-    let groups = if tiles.is_some() { tokens / TILE } else { 0 };
-    let rem = tokens - groups * TILE;
-    let tail_width = match rem {
-        _ if tiles.is_none() => 0,
-        0 | 1 => 0,
-        2..=4 => TILE / 2,
-        _ => TILE,
-    };
-    let tail_tokens = if tail_width > 0 { rem } else { 0 };
-    let g8 = pack::group_bytes(k.activation, cols, TILE);
-    let g_tail = if tail_width > 0 {
-        pack::group_bytes(k.activation, cols, tail_width)
-    } else {
-        0
-    };
-    let grouped_tokens = groups * TILE + tail_tokens;
-    let packed_len = if tiles.is_some() { groups * g8 } else { 0 } + g_tail;
+    let plan = TilePlan::new(tiles, tokens);
+    let packed_len = plan.packed_bytes(k.activation, cols);
     if scratch.packed.len() < packed_len {
         scratch.packed.resize(packed_len, 0);
     }
-    let tail_start = groups * TILE;
-    // Quantize (and pack) the activations, one unit of 8 tokens per task:
-    // each unit writes only its own rows, its own packed group and (the
-    // last) the tail, so the units run in parallel.
+    // Quantize (and pack) the activations, one unit (a tile's group of
+    // tokens, or 8 tokens without tiles) per task: each unit writes only its
+    // own rows and its own packed group, so the units run in parallel.
     let acts_ptr = Out(scratch.buf.as_mut_ptr());
     let packed_ptr = Out(scratch.packed.as_mut_ptr());
     let (acts_ptr, packed_ptr) = (&acts_ptr, &packed_ptr);
-    let prepare = |g: usize| {
-        let t1 = ((g + 1) * TILE).min(tokens);
+    let plan = &plan;
+    let prepare = |u: usize| {
+        let g = plan.unit(u, k.activation, cols);
         // SAFETY: `scratch.buf` holds `tokens` rows of `arow` bytes (reserved above);
-        // unit `g` alone touches rows `g·TILE..t1`, and nothing else holds a
+        // unit `u` alone touches its rows `g.tokens`, and nothing else holds a
         // reference into the buffer while the units run.
         let rows = unsafe {
-            std::slice::from_raw_parts_mut(acts_ptr.0.add(g * TILE * arow), (t1 - g * TILE) * arow)
+            std::slice::from_raw_parts_mut(
+                acts_ptr.0.add(g.tokens.start * arow),
+                g.tokens.len() * arow,
+            )
         };
-        for (xt, at) in x[g * TILE * cols..t1 * cols]
+        for (xt, at) in x[g.tokens.start * cols..g.tokens.end * cols]
             .chunks_exact(cols)
             .zip(rows.chunks_exact_mut(arow))
         {
             (k.quantize_activation)(xt, at);
         }
-        let packed_at = |offset: usize, len: usize| {
-            // SAFETY: `scratch.packed` holds `packed_len` bytes (resized above); the
-            // ranges asked for (group `g`, or the tail after all groups) are
-            // disjoint between units.
-            unsafe { std::slice::from_raw_parts_mut(packed_ptr.0.add(offset), len) }
-        };
-        if tiles.is_none() {
-            return;
-        }
-        if g < groups {
-            pack::pack(k.activation, cols, TILE, rows, packed_at(g * g8, g8));
-        } else if tail_width > 0 {
-            let out = packed_at(packed_len - g_tail, g_tail);
-            pack::pack(
-                k.activation,
-                cols,
-                tail_width,
-                &rows[..tail_tokens * arow],
-                out,
-            );
+        if g.width > 0 {
+            // SAFETY: `scratch.packed` holds `packed_len` bytes (resized above), and the
+            // units' packed ranges are disjoint parts of it.
+            let out = unsafe {
+                std::slice::from_raw_parts_mut(packed_ptr.0.add(g.packed.start), g.packed.len())
+            };
+            pack::pack(k.activation, cols, g.width, rows, out);
         }
     };
-    let units = tokens.div_ceil(TILE);
+    let units = plan.units();
     if units >= 2 * pool.threads() {
         pool.run(units, &prepare);
     } else {
         (0..units).for_each(prepare);
     }
     let acts = &scratch.buf[..arow * tokens];
-    let (full, tail) = scratch.packed[..packed_len].split_at(packed_len - g_tail);
+    let packed = &scratch.packed[..packed_len];
     // One chunk size over all rows; task ids run through matrix 0's chunks, then 1's, …
     let total_rows: usize = wms.iter().map(|w| w.rows).sum();
     let chunk = chunk_rows(total_rows, pool.threads());
@@ -225,32 +194,26 @@ pub fn matmul_many<const N: usize>(
         };
         if let Some(tiles) = tiles {
             // Groups outermost: the task's weight rows stay in cache across groups.
-            for (g, packed) in full.chunks_exact(g8).enumerate() {
-                for r in r0..r1 {
-                    let v = (tiles.x8)(cols, &w[r * wrow..(r + 1) * wrow], packed);
-                    for (c, v) in v.into_iter().enumerate() {
-                        store(g * TILE + c, r, v);
-                    }
-                }
-            }
-            if tail_width > 0 {
+            for u in 0..plan.tile_units() {
+                let g = plan.unit(u, k.activation, cols);
+                let group = &packed[g.packed.clone()];
                 for r in r0..r1 {
                     let wr = &w[r * wrow..(r + 1) * wrow];
-                    let mut v = [0.0f32; TILE];
-                    if tail_width == TILE {
-                        v = (tiles.x8)(cols, wr, tail);
-                    } else {
-                        v[..TILE / 2].copy_from_slice(&(tiles.x4)(cols, wr, tail));
+                    let mut v = [0.0f32; 2 * TILE];
+                    match (g.width, tiles.x16) {
+                        (16, Some(x16)) => v = x16(cols, wr, group),
+                        (8, _) => v[..TILE].copy_from_slice(&(tiles.x8)(cols, wr, group)),
+                        _ => v[..TILE / 2].copy_from_slice(&(tiles.x4)(cols, wr, group)),
                     }
-                    for (c, &v) in v[..tail_tokens].iter().enumerate() {
-                        store(tail_start + c, r, v);
+                    for (c, &v) in v[..g.tokens.len()].iter().enumerate() {
+                        store(g.tokens.start + c, r, v);
                     }
                 }
             }
         }
         for r in r0..r1 {
             let wr = &w[r * wrow..(r + 1) * wrow];
-            let mut t = grouped_tokens;
+            let mut t = plan.grouped_tokens;
             if let Some(x4) = k.vec_dot_x4 {
                 while t + 4 <= tokens {
                     let v = x4(cols, wr, [a(t), a(t + 1), a(t + 2), a(t + 3)]);
@@ -266,6 +229,124 @@ pub fn matmul_many<const N: usize>(
         }
     });
     Ok(())
+}
+
+/// How a call's tokens are grouped for the tiles: groups of 16 where the
+/// ISA has a 1×16 tile, else of 8; then at most one group of 8; then a
+/// remainder of 2 to 7 tokens as one more group (4 or 8 wide) padded with
+/// zero rows, whose extra columns are dropped (a tile gives each column the
+/// row kernel's bits, so padding changes nothing). Tokens past the groups
+/// (a lone last token, or all of them without tiles) take the row kernels.
+struct TilePlan {
+    wide: usize,
+    wide_groups: usize,
+    /// Groups of 8 after the wide ones (0 or 1 with a 1×16 tile).
+    groups8: usize,
+    /// Width of the padded remainder group (0: none), and its real tokens.
+    tail_width: usize,
+    tail_tokens: usize,
+    /// Tokens inside groups; the rest take the row kernels.
+    grouped_tokens: usize,
+    tokens: usize,
+}
+
+/// One unit of a [`TilePlan`]: its tokens, its group width (0: not packed)
+/// and where its packed group lies.
+struct Unit {
+    tokens: std::ops::Range<usize>,
+    width: usize,
+    packed: std::ops::Range<usize>,
+}
+
+impl TilePlan {
+    fn new(tiles: Option<crate::table::TileFns>, tokens: usize) -> Self {
+        let Some(tiles) = tiles else {
+            return Self {
+                wide: TILE,
+                wide_groups: 0,
+                groups8: 0,
+                tail_width: 0,
+                tail_tokens: 0,
+                grouped_tokens: 0,
+                tokens,
+            };
+        };
+        let wide = if tiles.x16.is_some() { 2 * TILE } else { TILE };
+        let wide_groups = tokens / wide;
+        let groups8 = (tokens - wide_groups * wide) / TILE;
+        let rem = tokens - wide_groups * wide - groups8 * TILE;
+        let tail_width = match rem {
+            0 | 1 => 0,
+            2..=4 => TILE / 2,
+            _ => TILE,
+        };
+        let tail_tokens = if tail_width > 0 { rem } else { 0 };
+        Self {
+            wide,
+            wide_groups,
+            groups8,
+            tail_width,
+            tail_tokens,
+            grouped_tokens: tokens - rem + tail_tokens,
+            tokens,
+        }
+    }
+    /// Units that are tile groups.
+    fn tile_units(&self) -> usize {
+        self.wide_groups + self.groups8 + usize::from(self.tail_width > 0)
+    }
+    /// Units to quantize: the tile groups, then the other tokens 8 at a time.
+    fn units(&self) -> usize {
+        self.tile_units() + (self.tokens - self.grouped_tokens).div_ceil(TILE)
+    }
+    fn packed_bytes(&self, act: crate::GgmlType, cols: usize) -> usize {
+        match self.tile_units() {
+            0 => 0,
+            n => self.unit(n - 1, act, cols).packed.end,
+        }
+    }
+    fn unit(&self, u: usize, act: crate::GgmlType, cols: usize) -> Unit {
+        let bytes = |width: usize| pack::group_bytes(act, cols, width);
+        let wide_end = self.wide_groups * self.wide;
+        let wide_bytes = self.wide_groups * bytes(self.wide);
+        if u < self.wide_groups {
+            let t0 = u * self.wide;
+            let p0 = u * bytes(self.wide);
+            return Unit {
+                tokens: t0..t0 + self.wide,
+                width: self.wide,
+                packed: p0..p0 + bytes(self.wide),
+            };
+        }
+        let u = u - self.wide_groups;
+        if u < self.groups8 {
+            let t0 = wide_end + u * TILE;
+            let p0 = wide_bytes + u * bytes(TILE);
+            return Unit {
+                tokens: t0..t0 + TILE,
+                width: TILE,
+                packed: p0..p0 + bytes(TILE),
+            };
+        }
+        let u = u - self.groups8;
+        let t0 = wide_end + self.groups8 * TILE;
+        let p0 = wide_bytes + self.groups8 * bytes(TILE);
+        if u == 0 && self.tail_width > 0 {
+            return Unit {
+                tokens: t0..t0 + self.tail_tokens,
+                width: self.tail_width,
+                packed: p0..p0 + bytes(self.tail_width),
+            };
+        }
+        // Tokens without a tile: 8 per unit, nothing packed.
+        let u = u - usize::from(self.tail_width > 0);
+        let t0 = self.grouped_tokens + u * TILE;
+        Unit {
+            tokens: t0..(t0 + TILE).min(self.tokens),
+            width: 0,
+            packed: 0..0,
+        }
+    }
 }
 
 fn check_shapes(wm: &Weights<'_>, x: &[f32], tokens: usize, y: &[f32]) -> Result<(), KernelError> {
@@ -326,7 +407,7 @@ mod tests {
                 let w: Vec<u8> = (0..rows)
                     .flat_map(|_| weight_row(&mut rng, ty, cols, 0))
                     .collect();
-                for tokens in [1, 3, 4, 9, 12, 21] {
+                for tokens in [1, 3, 4, 9, 12, 16, 21, 25, 35, 40] {
                     let x = activations(&mut rng, tokens * cols, 0);
                     let mut y = vec![f32::NAN; tokens * rows];
                     let mut s = Scratch::new();

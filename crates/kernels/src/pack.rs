@@ -1,6 +1,6 @@
-//! Activation layout of the 1×8 and 1×4 tiles ([`crate::table::TileFns`]).
+//! Activation layout of the 1×16, 1×8 and 1×4 tiles ([`crate::table::TileFns`]).
 //!
-//! Eight (or four) consecutive activation rows (quantized by the type's activation
+//! Sixteen, eight or four consecutive activation rows (quantized by the type's activation
 //! quantizer) become one *group*:
 //! * Q8_0: per 32-value block, the quants four bytes (one "dword") at a time,
 //!   then the rows' scales as f32, then the sums of their quants as i32. The
@@ -24,7 +24,8 @@ use half::f16;
 
 use crate::GgmlType;
 
-/// Rows in a group of the wide tile (a narrow tile takes [`TILE`]` / 2`).
+/// Rows in a group of the 1×8 tile (a narrow tile takes [`TILE`]` / 2`, a
+/// wide one `2 · `[`TILE`]).
 pub const TILE: usize = 8;
 
 /// Bytes of one packed Q8_0 block of a group of `n` rows: `n` × 32 quants,
@@ -63,7 +64,7 @@ const fn dword_at(n: usize, c: usize, dword: usize) -> usize {
 /// are zeros (a tile's padding: their columns come out 0 and are dropped).
 pub fn pack(act: GgmlType, cols: usize, n: usize, rows: &[u8], out: &mut [u8]) {
     assert!(needs_packing(act), "{act} activations are not packed");
-    assert!(n == 4 || n == 8, "groups of 4 or 8 rows");
+    assert!(matches!(n, 4 | 8 | 16), "groups of 4, 8 or 16 rows");
     let (bs, ts) = (act.block_size(), act.type_size());
     let nb = cols / bs;
     let arow = nb * ts;

@@ -19,10 +19,15 @@ pub type VecDotX4Fn = fn(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4];
 pub type Tile8Fn = fn(n: usize, w: &[u8], packed: &[u8]) -> [f32; 8];
 /// The same against a packed group of four rows.
 pub type Tile4Fn = fn(n: usize, w: &[u8], packed: &[u8]) -> [f32; 4];
+/// The same against a packed group of sixteen rows: each weight block is
+/// unpacked once for twice the columns of [`Tile8Fn`].
+pub type Tile16Fn = fn(n: usize, w: &[u8], packed: &[u8]) -> [f32; 16];
 
-/// The wide and narrow tiles of a weight type over packed activation groups.
+/// The tiles of a weight type over packed activation groups.
 #[derive(Clone, Copy, Debug)]
 pub struct TileFns {
+    /// Where the ISA has registers enough for it.
+    pub x16: Option<Tile16Fn>,
     pub x8: Tile8Fn,
     pub x4: Tile4Fn,
 }

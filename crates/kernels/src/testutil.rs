@@ -281,7 +281,7 @@ fn check_rows(
     row
 }
 
-/// The 1×8/1×4 tiles and the x4 kernel of `k` against its row kernel's
+/// The 1×16/1×8/1×4 tiles and the x4 kernel of `k` against its row kernel's
 /// results `row` on the activation rows `cols`: within the type's tolerance,
 /// or bit for bit when `exact` (the batch-invariance contract).
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
@@ -315,8 +315,20 @@ fn check_tiles(
         };
         let got8 = (tiles.x8)(n, w, &group(8));
         let got4 = (tiles.x4)(n, w, &group(4));
-        for (c, &got) in got8.iter().chain(&got4).enumerate() {
-            let c = c % 8;
+        // The 1×16 tile takes the eight rows twice, the second time in reverse.
+        let got16 = tiles.x16.map(|x16| {
+            let rows: Vec<u8> = cols.iter().chain(cols.iter().rev()).flatten().copied().collect();
+            let mut packed = vec![0u8; crate::pack::group_bytes(k.activation, n, 16)];
+            crate::pack::pack(k.activation, n, 16, &rows, &mut packed);
+            x16(n, w, &packed)
+        });
+        let col16 = |c: usize| if c < 8 { c } else { 15 - c };
+        let all = got8
+            .iter()
+            .enumerate()
+            .chain(got4.iter().enumerate())
+            .chain(got16.iter().flatten().enumerate().map(|(c, v)| (col16(c), v)));
+        for (c, &got) in all {
             assert!(
                 close(got, row[c], &cols[c]),
                 "{} {ty}: tile column {c} {got} vs row kernel {} (exact: {exact}, seed {seed})",

@@ -183,7 +183,7 @@ pub(super) unsafe fn q5_0_quants(x: *const u8) -> __m256i {
 ///
 /// Each block's integer sum is exact and is accumulated as
 /// `acc = fma(d_w·d_a, Σ, acc)` in block order: bit for bit what the 1×8 tile
-/// ([`legacy_tile8`]) computes, so a token's result does not depend on where
+/// ([`legacy_tile`]) computes, so a token's result does not depend on where
 /// it sits in a batch (quantized activations turn any rounding difference into
 /// visibly different embeddings).
 #[inline(always)]
@@ -345,11 +345,20 @@ pub(super) unsafe fn fold_halves(lo: __m256i, hi: __m256i) -> __m256i {
 }
 
 /// The exact integer sums of one weight block (quants `q`) with each row of
-/// a packed group of 8 at `y`, one row per lane, before any offset is taken
-/// back: one ISA's integer part of [`legacy_tile8`].
-pub(super) type BlockSums8 = unsafe fn(__m256i, *const u8) -> __m256i;
+/// a packed group of `8·H` rows at `y`, eight rows per vector, before any
+/// offset is taken back: one ISA's integer part of [`legacy_tile`].
+pub(super) type BlockSums<const H: usize> = unsafe fn(__m256i, *const u8) -> [__m256i; H];
 /// The same for a packed group of 4 rows.
 pub(super) type BlockSums4 = unsafe fn(__m256i, *const u8) -> __m128i;
+
+/// `S = 2·H` sets of four rows, each with its halves apart → `H` vectors of
+/// eight rows' sums.
+#[inline(always)]
+pub(super) unsafe fn fold_sets<const S: usize, const H: usize>(acc: [__m256i; S]) -> [__m256i; H] {
+    const { assert!(S == 2 * H) };
+    // SAFETY: AVX2 is enabled in every kernel calling this.
+    std::array::from_fn(|h| unsafe { fold_halves(acc[2 * h], acc[2 * h + 1]) })
+}
 
 /// `S` packed sets of four rows against signed quants `q` with the `maddubs`
 /// sign trick (`|w|` against `a·sign(w)`: no saturation for any i8 weight).
@@ -394,21 +403,17 @@ unsafe fn narrow_sets<const S: usize>(q: __m256i, y: *const u8) -> [__m256i; S] 
     }
 }
 
+/// [`BlockSums`] with the sign trick (`S = 2·H`).
 #[inline(always)]
-unsafe fn signed_sums8(q: __m256i, y: *const u8) -> __m256i {
+unsafe fn signed_sums<const S: usize, const H: usize>(q: __m256i, y: *const u8) -> [__m256i; H] {
     // SAFETY: forwarded from the tile's contract.
-    unsafe {
-        let [lo, hi] = signed_sets::<2>(q, y);
-        fold_halves(lo, hi)
-    }
+    unsafe { fold_sets(signed_sets::<S>(q, y)) }
 }
+/// [`BlockSums`] for unsigned quants ≤ 31 (`S = 2·H`).
 #[inline(always)]
-unsafe fn narrow_sums8(q: __m256i, y: *const u8) -> __m256i {
+unsafe fn narrow_sums<const S: usize, const H: usize>(q: __m256i, y: *const u8) -> [__m256i; H] {
     // SAFETY: forwarded from the tile's contract.
-    unsafe {
-        let [lo, hi] = narrow_sets::<2>(q, y);
-        fold_halves(lo, hi)
-    }
+    unsafe { fold_sets(narrow_sets::<S>(q, y)) }
 }
 #[inline(always)]
 pub(super) unsafe fn fold_set(v: __m256i) -> __m128i {
@@ -427,47 +432,56 @@ unsafe fn narrow_sums4(q: __m256i, y: *const u8) -> __m128i {
 }
 
 /// One legacy weight row (blocks of `wsize` bytes) against a packed group of
-/// 8 Q8_0 rows (see [`crate::pack`]), one row per lane: per block, the rows'
-/// exact integer sums side by side (`sums`, the ISA's part), then
+/// `8·H` Q8_0 rows (see [`crate::pack`]), one row per lane: per block, the
+/// rows' exact integer sums side by side (`sums`, the ISA's part), then
 /// `acc = fma(d_w·d_a, Σ, acc)` per lane — the row kernels' arithmetic, so a
-/// token's result does not depend on its place in a batch.
+/// token's result does not depend on its place in a batch. With `H = 2` the
+/// block's quants and scale are decoded once for sixteen rows.
 ///
 /// `quants` gives the block's quants as `sums` takes them: signed (with
 /// `SHIFT = 0`), or unsigned `w + 2^SHIFT`, whose offset is taken back
 /// through the group's quant sums.
 #[inline(always)]
-pub(super) unsafe fn legacy_tile8<const SHIFT: i32>(
+pub(super) unsafe fn legacy_tile<const H: usize, const SHIFT: i32>(
     nb: usize,
     w: *const u8,
     wsize: usize,
     packed: *const u8,
     quants: unsafe fn(*const u8) -> __m256i,
-    sums: BlockSums8,
-) -> [f32; 8] {
+    sums: BlockSums<H>,
+) -> [[f32; 8]; H] {
     // SAFETY: the wrappers checked `nb` weight blocks and `nb` packed block groups;
     // the callers enable AVX2/FMA/F16C and whatever `sums` needs.
     unsafe {
-        let gb = crate::pack::q8_0_group_block(8);
-        let mut acc = _mm256_setzero_ps();
+        let gb = crate::pack::q8_0_group_block(8 * H);
+        // Per block: 8·H rows' quants, then their f32 scales, then their quant sums.
+        let (scales_at, qsums_at) = (256 * H, 288 * H);
+        let mut acc = [_mm256_setzero_ps(); H];
         for i in 0..nb {
             let (x, y) = (w.add(i * wsize), packed.add(i * gb));
             // The first group of a batch streams the weights from memory.
             prefetch_block(x, wsize);
-            let mut s = sums(quants(x), y);
-            if SHIFT > 0 {
-                let qsum = load(y.add(8 * 36));
-                s = _mm256_sub_epi32(s, _mm256_slli_epi32::<SHIFT>(qsum));
+            let s = sums(quants(x), y);
+            let dx = fp16_x8(x);
+            for h in 0..H {
+                let mut s = s[h];
+                if SHIFT > 0 {
+                    let qsum = load(y.add(qsums_at + 32 * h));
+                    s = _mm256_sub_epi32(s, _mm256_slli_epi32::<SHIFT>(qsum));
+                }
+                let d = _mm256_mul_ps(dx, _mm256_loadu_ps(y.add(scales_at + 32 * h).cast()));
+                acc[h] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc[h]);
             }
-            let d = _mm256_mul_ps(fp16_x8(x), _mm256_loadu_ps(y.add(256).cast()));
-            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc);
         }
-        let mut out = [0.0f32; 8];
-        _mm256_storeu_ps(out.as_mut_ptr(), acc);
+        let mut out = [[0.0f32; 8]; H];
+        for h in 0..H {
+            _mm256_storeu_ps(out[h].as_mut_ptr(), acc[h]);
+        }
         out
     }
 }
 
-/// [`legacy_tile8`] for a packed group of 4 rows.
+/// [`legacy_tile`] for a packed group of 4 rows.
 #[inline(always)]
 pub(super) unsafe fn legacy_tile4<const SHIFT: i32>(
     nb: usize,
@@ -477,7 +491,7 @@ pub(super) unsafe fn legacy_tile4<const SHIFT: i32>(
     quants: unsafe fn(*const u8) -> __m256i,
     sums: BlockSums4,
 ) -> [f32; 4] {
-    // SAFETY: as for `legacy_tile8`, with groups of 4 rows.
+    // SAFETY: as for `legacy_tile`, with groups of 4 rows.
     unsafe {
         let gb = crate::pack::q8_0_group_block(4);
         let mut acc = _mm_setzero_ps();
@@ -503,9 +517,12 @@ pub(super) unsafe fn legacy_tile4<const SHIFT: i32>(
 legacy_tile_fns! {
     "avx2,fma,f16c";
     // Q8_0's unsigned quants reach 255: `maddubs` would saturate, so the sign trick.
-    Q8_0, 34, q8_0_quants, 0, signed_sums8, signed_sums4, k_q8_0_x8 => tile8_q8_0, k_q8_0_t4 => tile4_q8_0;
-    Q4_0, 18, q4_0_unsigned, 3, narrow_sums8, narrow_sums4, k_q4_0_x8 => tile8_q4_0, k_q4_0_t4 => tile4_q4_0;
-    Q5_0, 22, q5_0_unsigned, 4, narrow_sums8, narrow_sums4, k_q5_0_x8 => tile8_q5_0, k_q5_0_t4 => tile4_q5_0;
+    Q8_0, 34, q8_0_quants, 0, signed_sums, signed_sums4,
+        k_q8_0_x16 => tile16_q8_0, k_q8_0_x8 => tile8_q8_0, k_q8_0_t4 => tile4_q8_0;
+    Q4_0, 18, q4_0_unsigned, 3, narrow_sums, narrow_sums4,
+        k_q4_0_x16 => tile16_q4_0, k_q4_0_x8 => tile8_q4_0, k_q4_0_t4 => tile4_q4_0;
+    Q5_0, 22, q5_0_unsigned, 4, narrow_sums, narrow_sums4,
+        k_q5_0_x16 => tile16_q5_0, k_q5_0_x8 => tile8_q5_0, k_q5_0_t4 => tile4_q5_0;
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -910,7 +927,13 @@ unsafe fn q6_k_tile<const S: usize>(nb: usize, w: *const u8, packed: *const u8) 
 }
 
 macro_rules! k_tiles {
-    ($($ty:ident: $body:ident, $k8:ident => $f8:ident, $k4:ident => $f4:ident;)*) => {$(
+    ($($ty:ident: $body:ident, $k16:ident => $f16:ident, $k8:ident => $f8:ident, $k4:ident => $f4:ident;)*) => {$(
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $k16(nb: usize, w: *const u8, packed: *const u8) -> [f32; 16] {
+            // SAFETY: forwarded from the wrapper's checks.
+            let sets = unsafe { $body::<4>(nb, w, packed) };
+            std::array::from_fn(|c| sets[c / 4][c % 4])
+        }
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn $k8(nb: usize, w: *const u8, packed: *const u8) -> [f32; 8] {
             // SAFETY: forwarded from the wrapper's checks.
@@ -921,6 +944,13 @@ macro_rules! k_tiles {
         unsafe fn $k4(nb: usize, w: *const u8, packed: *const u8) -> [f32; 4] {
             // SAFETY: forwarded from the wrapper's checks.
             unsafe { $body::<1>(nb, w, packed)[0] }
+        }
+        pub(crate) fn $f16(n: usize, w: &[u8], packed: &[u8]) -> [f32; 16] {
+            let nb = row_blocks(GgmlType::$ty, n, w);
+            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_K, n, 16), "group size");
+            // SAFETY: `nb` weight blocks and `nb` packed groups of 16 rows (checked above);
+            // reachable only through a table handed out after AVX2 detection.
+            unsafe { $k16(nb, w.as_ptr(), packed.as_ptr()) }
         }
         pub(crate) fn $f8(n: usize, w: &[u8], packed: &[u8]) -> [f32; 8] {
             let nb = row_blocks(GgmlType::$ty, n, w);
@@ -939,8 +969,8 @@ macro_rules! k_tiles {
     )*};
 }
 k_tiles! {
-    Q4_K: q4_k_tile, k_q4_k_x8 => tile8_q4_k, k_q4_k_t4 => tile4_q4_k;
-    Q6_K: q6_k_tile, k_q6_k_x8 => tile8_q6_k, k_q6_k_t4 => tile4_q6_k;
+    Q4_K: q4_k_tile, k_q4_k_x16 => tile16_q4_k, k_q4_k_x8 => tile8_q4_k, k_q4_k_t4 => tile4_q4_k;
+    Q6_K: q6_k_tile, k_q6_k_x16 => tile16_q6_k, k_q6_k_x8 => tile8_q6_k, k_q6_k_t4 => tile4_q6_k;
 }
 
 k_wrappers! {

@@ -8,7 +8,7 @@
 //! f16 scales are decoded in software.
 
 use super::avx2::{
-    dwords, fold_halves, fold_set, hsum_i32, k_block_step, legacy_tile4, legacy_tile8,
+    dwords, fold_set, fold_sets, hsum_i32, k_block_step, legacy_tile, legacy_tile4,
     prefetch_block, q4_0_unsigned, q5_0_unsigned, q8_0_unsigned,
 };
 use crate::GgmlType;
@@ -237,14 +237,11 @@ unsafe fn vnni_sets<const S: usize>(q: __m256i, y: *const u8) -> [__m256i; S] {
         acc
     }
 }
-/// [`super::avx2::BlockSums8`] with `vpdpbusd`.
+/// [`super::avx2::BlockSums`] with `vpdpbusd` (`S = 2·H`).
 #[inline(always)]
-unsafe fn vnni_sums8(q: __m256i, y: *const u8) -> __m256i {
+unsafe fn vnni_sums<const S: usize, const H: usize>(q: __m256i, y: *const u8) -> [__m256i; H] {
     // SAFETY: forwarded from the tile's contract.
-    unsafe {
-        let [lo, hi] = vnni_sets::<2>(q, y);
-        fold_halves(lo, hi)
-    }
+    unsafe { fold_sets(vnni_sets::<S>(q, y)) }
 }
 /// [`super::avx2::BlockSums4`] with `vpdpbusd`.
 #[inline(always)]
@@ -257,7 +254,10 @@ unsafe fn vnni_sums4(q: __m256i, y: *const u8) -> __m128i {
 // weight type made unsigned.
 legacy_tile_fns! {
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni";
-    Q8_0, 34, q8_0_unsigned, 7, vnni_sums8, vnni_sums4, k_q8_0_x8 => tile8_q8_0, k_q8_0_t4 => tile4_q8_0;
-    Q4_0, 18, q4_0_unsigned, 3, vnni_sums8, vnni_sums4, k_q4_0_x8 => tile8_q4_0, k_q4_0_t4 => tile4_q4_0;
-    Q5_0, 22, q5_0_unsigned, 4, vnni_sums8, vnni_sums4, k_q5_0_x8 => tile8_q5_0, k_q5_0_t4 => tile4_q5_0;
+    Q8_0, 34, q8_0_unsigned, 7, vnni_sums, vnni_sums4,
+        k_q8_0_x16 => tile16_q8_0, k_q8_0_x8 => tile8_q8_0, k_q8_0_t4 => tile4_q8_0;
+    Q4_0, 18, q4_0_unsigned, 3, vnni_sums, vnni_sums4,
+        k_q4_0_x16 => tile16_q4_0, k_q4_0_x8 => tile8_q4_0, k_q4_0_t4 => tile4_q4_0;
+    Q5_0, 22, q5_0_unsigned, 4, vnni_sums, vnni_sums4,
+        k_q5_0_x16 => tile16_q5_0, k_q5_0_x8 => tile8_q5_0, k_q5_0_t4 => tile4_q5_0;
 }

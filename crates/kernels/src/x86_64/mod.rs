@@ -7,24 +7,37 @@
 //! invariance holds across the two tables too). The Q8_0 row kernel and
 //! the K-quant tiles stay AVX2's: VNNI versions measured no faster.
 
-/// The 1×8 and 1×4 tile functions of the legacy (Q8_0-activation) types for
-/// one ISA: `#[target_feature]` entry points over [`avx2::legacy_tile8`] /
-/// [`avx2::legacy_tile4`] with a weight decoder (signed, or unsigned with its
-/// offset's shift) and the ISA's block sums, and the checked wrappers the
-/// tables hold.
+/// The 1×16, 1×8 and 1×4 tile functions of the legacy (Q8_0-activation)
+/// types for one ISA: `#[target_feature]` entry points over
+/// [`avx2::legacy_tile`] / [`avx2::legacy_tile4`] with a weight decoder
+/// (signed, or unsigned with its offset's shift) and the ISA's block sums
+/// (generic over sets and halves), and the checked wrappers the tables hold.
 macro_rules! legacy_tile_fns {
     ($feat:literal;
-     $($ty:ident, $size:expr, $quants:ident, $shift:expr, $sums8:ident, $sums4:ident,
-       $k8:ident => $f8:ident, $k4:ident => $f4:ident;)*) => {$(
+     $($ty:ident, $size:expr, $quants:ident, $shift:expr, $sums:ident, $sums4:ident,
+       $k16:ident => $f16:ident, $k8:ident => $f8:ident, $k4:ident => $f4:ident;)*) => {$(
+        #[target_feature(enable = $feat)]
+        unsafe fn $k16(nb: usize, w: *const u8, packed: *const u8) -> [[f32; 8]; 2] {
+            // SAFETY: forwarded from the wrapper's checks.
+            unsafe { legacy_tile::<2, $shift>(nb, w, $size, packed, $quants, $sums::<4, 2>) }
+        }
         #[target_feature(enable = $feat)]
         unsafe fn $k8(nb: usize, w: *const u8, packed: *const u8) -> [f32; 8] {
             // SAFETY: forwarded from the wrapper's checks.
-            unsafe { legacy_tile8::<$shift>(nb, w, $size, packed, $quants, $sums8) }
+            unsafe { legacy_tile::<1, $shift>(nb, w, $size, packed, $quants, $sums::<2, 1>)[0] }
         }
         #[target_feature(enable = $feat)]
         unsafe fn $k4(nb: usize, w: *const u8, packed: *const u8) -> [f32; 4] {
             // SAFETY: forwarded from the wrapper's checks.
             unsafe { legacy_tile4::<$shift>(nb, w, $size, packed, $quants, $sums4) }
+        }
+        pub(crate) fn $f16(n: usize, w: &[u8], packed: &[u8]) -> [f32; 16] {
+            let nb = row_blocks(GgmlType::$ty, n, w);
+            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_0, n, 16), "packed group size");
+            // SAFETY: `nb` weight blocks and `nb` packed block groups (checked above);
+            // reachable only through a table handed out after the ISA's detection.
+            let [a, b] = unsafe { $k16(nb, w.as_ptr(), packed.as_ptr()) };
+            std::array::from_fn(|c| if c < 8 { a[c] } else { b[c - 8] })
         }
         pub(crate) fn $f8(n: usize, w: &[u8], packed: &[u8]) -> [f32; 8] {
             let nb = row_blocks(GgmlType::$ty, n, w);
@@ -48,7 +61,7 @@ pub(crate) mod avx512;
 use crate::GgmlType as T;
 use crate::isa::Isa;
 use crate::table::{
-    QuantizeFn, Tile4Fn, Tile8Fn, TileFns, TypeKernels, VecDotFn, VecDotX4Fn, scalar,
+    QuantizeFn, Tile4Fn, Tile8Fn, Tile16Fn, TileFns, TypeKernels, VecDotFn, VecDotX4Fn, scalar,
 };
 
 /// `base` with the kernels given replaced, tagged with `isa`.
@@ -83,10 +96,14 @@ const fn with(
     k
 }
 
-/// `k` with 1×8 and 1×4 tile kernels.
-const fn tiles(k: TypeKernels, x8: Tile8Fn, x4: Tile4Fn) -> TypeKernels {
+/// `k` with 1×16, 1×8 and 1×4 tile kernels.
+const fn tiles(k: TypeKernels, x16: Tile16Fn, x8: Tile8Fn, x4: Tile4Fn) -> TypeKernels {
     let mut k = k;
-    k.tiles = Some(TileFns { x8, x4 });
+    k.tiles = Some(TileFns {
+        x16: Some(x16),
+        x8,
+        x4,
+    });
     k
 }
 
@@ -107,6 +124,7 @@ pub(crate) static AVX2: [TypeKernels; 13] = [
             Some(avx2::vec_dot_q4_0),
             Some(avx2::vec_dot_x4_q4_0),
         ),
+        avx2::tile16_q4_0,
         avx2::tile8_q4_0,
         avx2::tile4_q4_0,
     ),
@@ -119,6 +137,7 @@ pub(crate) static AVX2: [TypeKernels; 13] = [
             Some(avx2::vec_dot_q5_0),
             Some(avx2::vec_dot_x4_q5_0),
         ),
+        avx2::tile16_q5_0,
         avx2::tile8_q5_0,
         avx2::tile4_q5_0,
     ),
@@ -131,6 +150,7 @@ pub(crate) static AVX2: [TypeKernels; 13] = [
             Some(avx2::vec_dot_q8_0),
             Some(avx2::vec_dot_x4_q8_0),
         ),
+        avx2::tile16_q8_0,
         avx2::tile8_q8_0,
         avx2::tile4_q8_0,
     ),
@@ -144,6 +164,7 @@ pub(crate) static AVX2: [TypeKernels; 13] = [
             Some(avx2::vec_dot_q4_k),
             Some(avx2::vec_dot_x4_q4_k),
         ),
+        avx2::tile16_q4_k,
         avx2::tile8_q4_k,
         avx2::tile4_q4_k,
     ),
@@ -156,6 +177,7 @@ pub(crate) static AVX2: [TypeKernels; 13] = [
             Some(avx2::vec_dot_q6_k),
             Some(avx2::vec_dot_x4_q6_k),
         ),
+        avx2::tile16_q6_k,
         avx2::tile8_q6_k,
         avx2::tile4_q6_k,
     ),
@@ -169,18 +191,21 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
     with(AVX2[2], V, None, None, None),
     tiles(
         with(AVX2[3], V, None, None, None),
+        avx512::tile16_q4_0,
         avx512::tile8_q4_0,
         avx512::tile4_q4_0,
     ),
     with(AVX2[4], V, None, None, None),
     tiles(
         with(AVX2[5], V, None, None, None),
+        avx512::tile16_q5_0,
         avx512::tile8_q5_0,
         avx512::tile4_q5_0,
     ),
     with(AVX2[6], V, None, None, None),
     tiles(
         with(AVX2[7], V, None, None, None),
+        avx512::tile16_q8_0,
         avx512::tile8_q8_0,
         avx512::tile4_q8_0,
     ),
@@ -196,6 +221,7 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
             Some(avx512::vec_dot_q4_k),
             Some(avx512::vec_dot_x4_q4_k),
         ),
+        avx2::tile16_q4_k,
         avx2::tile8_q4_k,
         avx2::tile4_q4_k,
     ),
@@ -208,6 +234,7 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
             Some(avx512::vec_dot_q6_k),
             Some(avx512::vec_dot_x4_q6_k),
         ),
+        avx2::tile16_q6_k,
         avx2::tile8_q6_k,
         avx2::tile4_q6_k,
     ),
