@@ -154,7 +154,8 @@ pub fn matmul_many<const N: usize>(
             let out = unsafe {
                 std::slice::from_raw_parts_mut(packed_ptr.0.add(g.packed.start), g.packed.len())
             };
-            pack::pack(k.activation, cols, g.width, rows, out);
+            let shift = tiles.map_or(0, |t| t.sum_shift);
+            pack::pack(k.activation, cols, g.width, rows, out, shift);
         }
     };
     let units = plan.units();

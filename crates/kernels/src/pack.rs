@@ -10,8 +10,9 @@
 //!   the high ones (one in-lane shuffle), so one `u8·i8` multiply-add covers
 //!   four rows and two dwords; after four steps the two halves add up to the
 //!   rows' exact block sums, one row per i32 lane, with no horizontal
-//!   reduction. The quant sums take back the offset of weights made unsigned
-//!   (`Σ(w+o)·a − o·Σa`); the scales are applied with one vector multiply.
+//!   reduction. The quant sums, stored as `−o·Σa`, take back the offset `o`
+//!   of weights made unsigned (`Σ(w+o)·a − o·Σa`: a tile starts its integer
+//!   sums from them); the scales are applied with one vector multiply.
 //!   On aarch64 each 16-byte half of a vector is one `sdot` by element
 //!   (four rows × one weight dword), signed, so the sums go unused.
 //! * Q8_K: per 256-value super-block, its eight 32-value units laid out as a
@@ -62,9 +63,12 @@ const fn dword_at(n: usize, c: usize, dword: usize) -> usize {
 /// Packs up to `n` consecutive rows of `act` (Q8_0 or Q8_K; `rows`, a whole
 /// number of rows) into `out` ([`group_bytes`] long); rows past those given
 /// are zeros (a tile's padding: their columns come out 0 and are dropped).
-pub fn pack(act: GgmlType, cols: usize, n: usize, rows: &[u8], out: &mut [u8]) {
+/// Q8_0 quant sums are stored as `−Σa · 2^sum_shift` (the tiles'
+/// [`crate::table::TileFns::sum_shift`]).
+pub fn pack(act: GgmlType, cols: usize, n: usize, rows: &[u8], out: &mut [u8], sum_shift: u32) {
     assert!(needs_packing(act), "{act} activations are not packed");
     assert!(matches!(n, 4 | 8 | 16), "groups of 4, 8 or 16 rows");
+    assert!(sum_shift <= 18, "quant sum shift {sum_shift}");
     let (bs, ts) = (act.block_size(), act.type_size());
     let nb = cols / bs;
     let arow = nb * ts;
@@ -93,8 +97,10 @@ pub fn pack(act: GgmlType, cols: usize, n: usize, rows: &[u8], out: &mut [u8]) {
                 }
                 let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
                 scales[c * 4..(c + 1) * 4].copy_from_slice(&d.to_le_bytes());
+                // |Σa| ≤ 32·128 = 2^12, so the offset fits an i32 for any shift ≤ 18.
                 let sum: i32 = b[2..].iter().map(|&q| q as i8 as i32).sum();
-                sums[c * 4..(c + 1) * 4].copy_from_slice(&sum.to_le_bytes());
+                let offset = -(sum << sum_shift);
+                sums[c * 4..(c + 1) * 4].copy_from_slice(&offset.to_le_bytes());
             } else {
                 let (units, rest) = dst.split_at_mut(n * 256);
                 let (scales, pairs) = rest.split_at_mut(n * 4);

@@ -30,6 +30,10 @@ pub struct TileFns {
     pub x16: Option<Tile16Fn>,
     pub x8: Tile8Fn,
     pub x4: Tile4Fn,
+    /// The tiles' weights are unsigned with an offset of `2^sum_shift`: the
+    /// packer stores each row's quant sums times `−2^sum_shift`
+    /// ([`crate::pack::pack`]'s `sum_shift`).
+    pub sum_shift: u32,
 }
 
 /// The kernels for one weight type on one ISA.

@@ -307,7 +307,7 @@ fn check_tiles(
             let rows: Vec<u8> = cols[..g].concat();
             if crate::pack::needs_packing(k.activation) {
                 let mut packed = vec![0u8; crate::pack::group_bytes(k.activation, n, g)];
-                crate::pack::pack(k.activation, n, g, &rows, &mut packed);
+                crate::pack::pack(k.activation, n, g, &rows, &mut packed, tiles.sum_shift);
                 packed
             } else {
                 rows
@@ -319,7 +319,7 @@ fn check_tiles(
         let got16 = tiles.x16.map(|x16| {
             let rows: Vec<u8> = cols.iter().chain(cols.iter().rev()).flatten().copied().collect();
             let mut packed = vec![0u8; crate::pack::group_bytes(k.activation, n, 16)];
-            crate::pack::pack(k.activation, n, 16, &rows, &mut packed);
+            crate::pack::pack(k.activation, n, 16, &rows, &mut packed, tiles.sum_shift);
             x16(n, w, &packed)
         });
         let col16 = |c: usize| if c < 8 { c } else { 15 - c };

@@ -39,7 +39,13 @@ const fn with(
 /// `k` with 1×8 and 1×4 tiles.
 const fn tiles(k: TypeKernels, x8: Tile8Fn, x4: Tile4Fn) -> TypeKernels {
     let mut k = k;
-    k.tiles = Some(TileFns { x16: None, x8, x4 });
+    k.tiles = Some(TileFns {
+        x16: None,
+        x8,
+        x4,
+        // The signed `sdot` tiles leave the quant sums unused.
+        sum_shift: 0,
+    });
     k
 }
 

@@ -296,7 +296,7 @@ unsafe fn hsum8_i32(p: &[__m256i; 8]) -> __m256i {
 
 /// Unsigned decoders for the tiles: each weight block's quants as `u8`,
 /// `w + 2^shift` (Q8_0: 128, Q4_0: 8, Q5_0: 16), so one `u8·i8` product
-/// takes them and the tile subtracts `2^shift · Σa` once per block.
+/// takes them and the tile starts each block's sums from `−2^shift · Σa`.
 #[inline(always)]
 pub(super) unsafe fn q8_0_unsigned(x: *const u8) -> __m256i {
     // SAFETY: a Q8_0 block has its 32 quants at offset 2.
@@ -345,11 +345,26 @@ pub(super) unsafe fn fold_halves(lo: __m256i, hi: __m256i) -> __m256i {
 }
 
 /// The exact integer sums of one weight block (quants `q`) with each row of
-/// a packed group of `8·H` rows at `y`, eight rows per vector, before any
-/// offset is taken back: one ISA's integer part of [`legacy_tile`].
-pub(super) type BlockSums<const H: usize> = unsafe fn(__m256i, *const u8) -> [__m256i; H];
-/// The same for a packed group of 4 rows.
-pub(super) type BlockSums4 = unsafe fn(__m256i, *const u8) -> __m128i;
+/// the `S` packed sets of four rows at `y`, each set's halves apart, added to
+/// `init`: one ISA's integer part of [`legacy_tile`].
+pub(super) type SetSums<const S: usize> =
+    unsafe fn(__m256i, *const u8, [__m256i; S]) -> [__m256i; S];
+
+/// The accumulators a block's `S` sets start from: for unsigned weights
+/// `w + 2^SHIFT`, the offset `−2^SHIFT·Σa` the packer stored for each row
+/// (in the low half, which [`fold_halves`] adds to the high one); zeros for
+/// signed weights.
+#[inline(always)]
+unsafe fn offset_init<const S: usize, const SHIFT: i32>(sums: *const u8) -> [__m256i; S] {
+    // SAFETY: `sums` holds the 4·S rows' i32 sums; AVX2 is enabled in the callers.
+    std::array::from_fn(|set| unsafe {
+        if SHIFT > 0 {
+            _mm256_zextsi128_si256(_mm_loadu_si128(sums.add(16 * set).cast()))
+        } else {
+            _mm256_setzero_si256()
+        }
+    })
+}
 
 /// `S = 2·H` sets of four rows, each with its halves apart → `H` vectors of
 /// eight rows' sums.
@@ -363,7 +378,7 @@ pub(super) unsafe fn fold_sets<const S: usize, const H: usize>(acc: [__m256i; S]
 /// `S` packed sets of four rows against signed quants `q` with the `maddubs`
 /// sign trick (`|w|` against `a·sign(w)`: no saturation for any i8 weight).
 #[inline(always)]
-unsafe fn signed_sets<const S: usize>(q: __m256i, y: *const u8) -> [__m256i; S] {
+unsafe fn signed_sets<const S: usize>(q: __m256i, y: *const u8, init: [__m256i; S]) -> [__m256i; S] {
     // SAFETY: `y` holds 4 × S packed vectors; AVX2 is enabled in the callers.
     unsafe {
         let qa = abs_u8(q);
@@ -379,7 +394,7 @@ unsafe fn signed_sets<const S: usize>(q: __m256i, y: *const u8) -> [__m256i; S] 
             dwords::<2>(qa),
             dwords::<3>(qa),
         ];
-        let mut acc = [_mm256_setzero_si256(); S];
+        let mut acc = init;
         for j in 0..4 {
             for (set, acc) in acc.iter_mut().enumerate() {
                 let a = load(y.add(32 * (j * S + set)));
@@ -394,43 +409,20 @@ unsafe fn signed_sets<const S: usize>(q: __m256i, y: *const u8) -> [__m256i; S] 
 /// `maddubs` products is at most 2·31·127, so the four steps add up in i16
 /// (≤ 31,496) and widen once ([`k_unit`] with a scale of 1).
 #[inline(always)]
-unsafe fn narrow_sets<const S: usize>(q: __m256i, y: *const u8) -> [__m256i; S] {
+unsafe fn narrow_sets<const S: usize>(q: __m256i, y: *const u8, init: [__m256i; S]) -> [__m256i; S] {
     // SAFETY: `y` holds 4 × S packed vectors; AVX2 is enabled in the callers.
     unsafe {
-        let mut acc = [_mm256_setzero_si256(); S];
+        let mut acc = init;
         k_unit::<S, 4>(q, y, _mm256_set1_epi16(1), &mut acc);
         acc
     }
 }
 
-/// [`BlockSums`] with the sign trick (`S = 2·H`).
-#[inline(always)]
-unsafe fn signed_sums<const S: usize, const H: usize>(q: __m256i, y: *const u8) -> [__m256i; H] {
-    // SAFETY: forwarded from the tile's contract.
-    unsafe { fold_sets(signed_sets::<S>(q, y)) }
-}
-/// [`BlockSums`] for unsigned quants ≤ 31 (`S = 2·H`).
-#[inline(always)]
-unsafe fn narrow_sums<const S: usize, const H: usize>(q: __m256i, y: *const u8) -> [__m256i; H] {
-    // SAFETY: forwarded from the tile's contract.
-    unsafe { fold_sets(narrow_sets::<S>(q, y)) }
-}
 #[inline(always)]
 pub(super) unsafe fn fold_set(v: __m256i) -> __m128i {
     // SAFETY: AVX2 is enabled in every kernel calling this.
     unsafe { _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v)) }
 }
-#[inline(always)]
-unsafe fn signed_sums4(q: __m256i, y: *const u8) -> __m128i {
-    // SAFETY: forwarded from the tile's contract.
-    unsafe { fold_set(signed_sets::<1>(q, y)[0]) }
-}
-#[inline(always)]
-unsafe fn narrow_sums4(q: __m256i, y: *const u8) -> __m128i {
-    // SAFETY: forwarded from the tile's contract.
-    unsafe { fold_set(narrow_sets::<1>(q, y)[0]) }
-}
-
 /// One legacy weight row (blocks of `wsize` bytes) against a packed group of
 /// `8·H` Q8_0 rows (see [`crate::pack`]), one row per lane: per block, the
 /// rows' exact integer sums side by side (`sums`, the ISA's part), then
@@ -442,13 +434,13 @@ unsafe fn narrow_sums4(q: __m256i, y: *const u8) -> __m128i {
 /// `SHIFT = 0`), or unsigned `w + 2^SHIFT`, whose offset is taken back
 /// through the group's quant sums.
 #[inline(always)]
-pub(super) unsafe fn legacy_tile<const H: usize, const SHIFT: i32>(
+pub(super) unsafe fn legacy_tile<const S: usize, const H: usize, const SHIFT: i32>(
     nb: usize,
     w: *const u8,
     wsize: usize,
     packed: *const u8,
     quants: unsafe fn(*const u8) -> __m256i,
-    sums: BlockSums<H>,
+    sets: SetSums<S>,
 ) -> [[f32; 8]; H] {
     // SAFETY: the wrappers checked `nb` weight blocks and `nb` packed block groups;
     // the callers enable AVX2/FMA/F16C and whatever `sums` needs.
@@ -461,16 +453,12 @@ pub(super) unsafe fn legacy_tile<const H: usize, const SHIFT: i32>(
             let (x, y) = (w.add(i * wsize), packed.add(i * gb));
             // The first group of a batch streams the weights from memory.
             prefetch_block(x, wsize);
-            let s = sums(quants(x), y);
+            let init = offset_init::<S, SHIFT>(y.add(qsums_at));
+            let s: [__m256i; H] = fold_sets(sets(quants(x), y, init));
             let dx = fp16_x8(x);
             for h in 0..H {
-                let mut s = s[h];
-                if SHIFT > 0 {
-                    let qsum = load(y.add(qsums_at + 32 * h));
-                    s = _mm256_sub_epi32(s, _mm256_slli_epi32::<SHIFT>(qsum));
-                }
                 let d = _mm256_mul_ps(dx, _mm256_loadu_ps(y.add(scales_at + 32 * h).cast()));
-                acc[h] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc[h]);
+                acc[h] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s[h]), acc[h]);
             }
         }
         let mut out = [[0.0f32; 8]; H];
@@ -489,7 +477,7 @@ pub(super) unsafe fn legacy_tile4<const SHIFT: i32>(
     wsize: usize,
     packed: *const u8,
     quants: unsafe fn(*const u8) -> __m256i,
-    sums: BlockSums4,
+    sets: SetSums<1>,
 ) -> [f32; 4] {
     // SAFETY: as for `legacy_tile`, with groups of 4 rows.
     unsafe {
@@ -497,11 +485,8 @@ pub(super) unsafe fn legacy_tile4<const SHIFT: i32>(
         let mut acc = _mm_setzero_ps();
         for i in 0..nb {
             let (x, y) = (w.add(i * wsize), packed.add(i * gb));
-            let mut s = sums(quants(x), y);
-            if SHIFT > 0 {
-                let qsum = _mm_loadu_si128(y.add(4 * 36).cast());
-                s = _mm_sub_epi32(s, _mm_slli_epi32::<SHIFT>(qsum));
-            }
+            let init = offset_init::<1, SHIFT>(y.add(4 * 36));
+            let s = fold_set(sets(quants(x), y, init)[0]);
             let d = _mm_mul_ps(
                 _mm256_castps256_ps128(fp16_x8(x)),
                 _mm_loadu_ps(y.add(128).cast()),
@@ -517,11 +502,11 @@ pub(super) unsafe fn legacy_tile4<const SHIFT: i32>(
 legacy_tile_fns! {
     "avx2,fma,f16c";
     // Q8_0's unsigned quants reach 255: `maddubs` would saturate, so the sign trick.
-    Q8_0, 34, q8_0_quants, 0, signed_sums, signed_sums4,
+    Q8_0, 34, q8_0_quants, 0, signed_sets,
         k_q8_0_x16 => tile16_q8_0, k_q8_0_x8 => tile8_q8_0, k_q8_0_t4 => tile4_q8_0;
-    Q4_0, 18, q4_0_unsigned, 3, narrow_sums, narrow_sums4,
+    Q4_0, 18, q4_0_unsigned, 3, narrow_sets,
         k_q4_0_x16 => tile16_q4_0, k_q4_0_x8 => tile8_q4_0, k_q4_0_t4 => tile4_q4_0;
-    Q5_0, 22, q5_0_unsigned, 4, narrow_sums, narrow_sums4,
+    Q5_0, 22, q5_0_unsigned, 4, narrow_sets,
         k_q5_0_x16 => tile16_q5_0, k_q5_0_x8 => tile8_q5_0, k_q5_0_t4 => tile4_q5_0;
 }
 

@@ -8,7 +8,7 @@
 //! f16 scales are decoded in software.
 
 use super::avx2::{
-    dwords, fold_set, fold_sets, hsum_i32, k_block_step, legacy_tile, legacy_tile4,
+    dwords, hsum_i32, k_block_step, legacy_tile, legacy_tile4,
     prefetch_block, q4_0_unsigned, q5_0_unsigned, q8_0_unsigned,
 };
 use crate::GgmlType;
@@ -217,7 +217,7 @@ k_kernels! {
 /// sets at once measured 1.8× slower here: 6.6 vs 3.7 ns per block and 8
 /// rows on a Xeon with AVX-512, one thread.)
 #[inline(always)]
-unsafe fn vnni_sets<const S: usize>(q: __m256i, y: *const u8) -> [__m256i; S] {
+unsafe fn vnni_sets<const S: usize>(q: __m256i, y: *const u8, init: [__m256i; S]) -> [__m256i; S] {
     // SAFETY: `y` holds 4 × S packed vectors; AVX-512 VL + VNNI are enabled
     // in the callers.
     unsafe {
@@ -227,7 +227,7 @@ unsafe fn vnni_sets<const S: usize>(q: __m256i, y: *const u8) -> [__m256i; S] {
             dwords::<2>(q),
             dwords::<3>(q),
         ];
-        let mut acc = [_mm256_setzero_si256(); S];
+        let mut acc = init;
         for (j, w) in ws.into_iter().enumerate() {
             for (set, acc) in acc.iter_mut().enumerate() {
                 let a = _mm256_loadu_si256(y.add(32 * (j * S + set)).cast());
@@ -237,27 +237,14 @@ unsafe fn vnni_sets<const S: usize>(q: __m256i, y: *const u8) -> [__m256i; S] {
         acc
     }
 }
-/// [`super::avx2::BlockSums`] with `vpdpbusd` (`S = 2·H`).
-#[inline(always)]
-unsafe fn vnni_sums<const S: usize, const H: usize>(q: __m256i, y: *const u8) -> [__m256i; H] {
-    // SAFETY: forwarded from the tile's contract.
-    unsafe { fold_sets(vnni_sets::<S>(q, y)) }
-}
-/// [`super::avx2::BlockSums4`] with `vpdpbusd`.
-#[inline(always)]
-unsafe fn vnni_sums4(q: __m256i, y: *const u8) -> __m128i {
-    // SAFETY: forwarded from the tile's contract.
-    unsafe { fold_set(vnni_sets::<1>(q, y)[0]) }
-}
-
 // The same exact block sums as the AVX2 tiles (so the same bits), with every
 // weight type made unsigned.
 legacy_tile_fns! {
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni";
-    Q8_0, 34, q8_0_unsigned, 7, vnni_sums, vnni_sums4,
+    Q8_0, 34, q8_0_unsigned, 7, vnni_sets,
         k_q8_0_x16 => tile16_q8_0, k_q8_0_x8 => tile8_q8_0, k_q8_0_t4 => tile4_q8_0;
-    Q4_0, 18, q4_0_unsigned, 3, vnni_sums, vnni_sums4,
+    Q4_0, 18, q4_0_unsigned, 3, vnni_sets,
         k_q4_0_x16 => tile16_q4_0, k_q4_0_x8 => tile8_q4_0, k_q4_0_t4 => tile4_q4_0;
-    Q5_0, 22, q5_0_unsigned, 4, vnni_sums, vnni_sums4,
+    Q5_0, 22, q5_0_unsigned, 4, vnni_sets,
         k_q5_0_x16 => tile16_q5_0, k_q5_0_x8 => tile8_q5_0, k_q5_0_t4 => tile4_q5_0;
 }

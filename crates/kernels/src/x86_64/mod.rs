@@ -10,26 +10,27 @@
 /// The 1×16, 1×8 and 1×4 tile functions of the legacy (Q8_0-activation)
 /// types for one ISA: `#[target_feature]` entry points over
 /// [`avx2::legacy_tile`] / [`avx2::legacy_tile4`] with a weight decoder
-/// (signed, or unsigned with its offset's shift) and the ISA's block sums
-/// (generic over sets and halves), and the checked wrappers the tables hold.
+/// (signed, or unsigned with its offset's shift, which must be the table's
+/// [`TileFns::sum_shift`]) and the ISA's block sums (generic over sets), and
+/// the checked wrappers the tables hold.
 macro_rules! legacy_tile_fns {
     ($feat:literal;
-     $($ty:ident, $size:expr, $quants:ident, $shift:expr, $sums:ident, $sums4:ident,
+     $($ty:ident, $size:expr, $quants:ident, $shift:expr, $sets:ident,
        $k16:ident => $f16:ident, $k8:ident => $f8:ident, $k4:ident => $f4:ident;)*) => {$(
         #[target_feature(enable = $feat)]
         unsafe fn $k16(nb: usize, w: *const u8, packed: *const u8) -> [[f32; 8]; 2] {
             // SAFETY: forwarded from the wrapper's checks.
-            unsafe { legacy_tile::<2, $shift>(nb, w, $size, packed, $quants, $sums::<4, 2>) }
+            unsafe { legacy_tile::<4, 2, $shift>(nb, w, $size, packed, $quants, $sets::<4>) }
         }
         #[target_feature(enable = $feat)]
         unsafe fn $k8(nb: usize, w: *const u8, packed: *const u8) -> [f32; 8] {
             // SAFETY: forwarded from the wrapper's checks.
-            unsafe { legacy_tile::<1, $shift>(nb, w, $size, packed, $quants, $sums::<2, 1>)[0] }
+            unsafe { legacy_tile::<2, 1, $shift>(nb, w, $size, packed, $quants, $sets::<2>)[0] }
         }
         #[target_feature(enable = $feat)]
         unsafe fn $k4(nb: usize, w: *const u8, packed: *const u8) -> [f32; 4] {
             // SAFETY: forwarded from the wrapper's checks.
-            unsafe { legacy_tile4::<$shift>(nb, w, $size, packed, $quants, $sums4) }
+            unsafe { legacy_tile4::<$shift>(nb, w, $size, packed, $quants, $sets::<1>) }
         }
         pub(crate) fn $f16(n: usize, w: &[u8], packed: &[u8]) -> [f32; 16] {
             let nb = row_blocks(GgmlType::$ty, n, w);
@@ -96,13 +97,21 @@ const fn with(
     k
 }
 
-/// `k` with 1×16, 1×8 and 1×4 tile kernels.
-const fn tiles(k: TypeKernels, x16: Tile16Fn, x8: Tile8Fn, x4: Tile4Fn) -> TypeKernels {
+/// `k` with 1×16, 1×8 and 1×4 tile kernels, whose unsigned weights carry an
+/// offset of `2^sum_shift` (0: signed weights, or Q8_K activations).
+const fn tiles(
+    k: TypeKernels,
+    sum_shift: u32,
+    x16: Tile16Fn,
+    x8: Tile8Fn,
+    x4: Tile4Fn,
+) -> TypeKernels {
     let mut k = k;
     k.tiles = Some(TileFns {
         x16: Some(x16),
         x8,
         x4,
+        sum_shift,
     });
     k
 }
@@ -124,6 +133,7 @@ pub(crate) static AVX2: [TypeKernels; 13] = [
             Some(avx2::vec_dot_q4_0),
             Some(avx2::vec_dot_x4_q4_0),
         ),
+        3,
         avx2::tile16_q4_0,
         avx2::tile8_q4_0,
         avx2::tile4_q4_0,
@@ -137,6 +147,7 @@ pub(crate) static AVX2: [TypeKernels; 13] = [
             Some(avx2::vec_dot_q5_0),
             Some(avx2::vec_dot_x4_q5_0),
         ),
+        4,
         avx2::tile16_q5_0,
         avx2::tile8_q5_0,
         avx2::tile4_q5_0,
@@ -150,6 +161,7 @@ pub(crate) static AVX2: [TypeKernels; 13] = [
             Some(avx2::vec_dot_q8_0),
             Some(avx2::vec_dot_x4_q8_0),
         ),
+        0,
         avx2::tile16_q8_0,
         avx2::tile8_q8_0,
         avx2::tile4_q8_0,
@@ -164,6 +176,7 @@ pub(crate) static AVX2: [TypeKernels; 13] = [
             Some(avx2::vec_dot_q4_k),
             Some(avx2::vec_dot_x4_q4_k),
         ),
+        0,
         avx2::tile16_q4_k,
         avx2::tile8_q4_k,
         avx2::tile4_q4_k,
@@ -177,6 +190,7 @@ pub(crate) static AVX2: [TypeKernels; 13] = [
             Some(avx2::vec_dot_q6_k),
             Some(avx2::vec_dot_x4_q6_k),
         ),
+        0,
         avx2::tile16_q6_k,
         avx2::tile8_q6_k,
         avx2::tile4_q6_k,
@@ -191,6 +205,7 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
     with(AVX2[2], V, None, None, None),
     tiles(
         with(AVX2[3], V, None, None, None),
+        3,
         avx512::tile16_q4_0,
         avx512::tile8_q4_0,
         avx512::tile4_q4_0,
@@ -198,6 +213,7 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
     with(AVX2[4], V, None, None, None),
     tiles(
         with(AVX2[5], V, None, None, None),
+        4,
         avx512::tile16_q5_0,
         avx512::tile8_q5_0,
         avx512::tile4_q5_0,
@@ -205,6 +221,7 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
     with(AVX2[6], V, None, None, None),
     tiles(
         with(AVX2[7], V, None, None, None),
+        7,
         avx512::tile16_q8_0,
         avx512::tile8_q8_0,
         avx512::tile4_q8_0,
@@ -221,6 +238,7 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
             Some(avx512::vec_dot_q4_k),
             Some(avx512::vec_dot_x4_q4_k),
         ),
+        0,
         avx2::tile16_q4_k,
         avx2::tile8_q4_k,
         avx2::tile4_q4_k,
@@ -234,6 +252,7 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
             Some(avx512::vec_dot_q6_k),
             Some(avx512::vec_dot_x4_q6_k),
         ),
+        0,
         avx2::tile16_q6_k,
         avx2::tile8_q6_k,
         avx2::tile4_q6_k,
