@@ -317,7 +317,12 @@ fn check_tiles(
         let got4 = (tiles.x4)(n, w, &group(4));
         // The 1×16 tile takes the eight rows twice, the second time in reverse.
         let got16 = tiles.x16.map(|x16| {
-            let rows: Vec<u8> = cols.iter().chain(cols.iter().rev()).flatten().copied().collect();
+            let rows: Vec<u8> = cols
+                .iter()
+                .chain(cols.iter().rev())
+                .flatten()
+                .copied()
+                .collect();
             let mut packed = vec![0u8; crate::pack::group_bytes(k.activation, n, 16)];
             crate::pack::pack(k.activation, n, 16, &rows, &mut packed, tiles.sum_shift);
             x16(n, w, &packed)
@@ -327,7 +332,13 @@ fn check_tiles(
             .iter()
             .enumerate()
             .chain(got4.iter().enumerate())
-            .chain(got16.iter().flatten().enumerate().map(|(c, v)| (col16(c), v)));
+            .chain(
+                got16
+                    .iter()
+                    .flatten()
+                    .enumerate()
+                    .map(|(c, v)| (col16(c), v)),
+            );
         for (c, &got) in all {
             assert!(
                 close(got, row[c], &cols[c]),

@@ -378,7 +378,11 @@ pub(super) unsafe fn fold_sets<const S: usize, const H: usize>(acc: [__m256i; S]
 /// `S` packed sets of four rows against signed quants `q` with the `maddubs`
 /// sign trick (`|w|` against `a·sign(w)`: no saturation for any i8 weight).
 #[inline(always)]
-unsafe fn signed_sets<const S: usize>(q: __m256i, y: *const u8, init: [__m256i; S]) -> [__m256i; S] {
+unsafe fn signed_sets<const S: usize>(
+    q: __m256i,
+    y: *const u8,
+    init: [__m256i; S],
+) -> [__m256i; S] {
     // SAFETY: `y` holds 4 × S packed vectors; AVX2 is enabled in the callers.
     unsafe {
         let qa = abs_u8(q);
@@ -409,7 +413,11 @@ unsafe fn signed_sets<const S: usize>(q: __m256i, y: *const u8, init: [__m256i; 
 /// `maddubs` products is at most 2·31·127, so the four steps add up in i16
 /// (≤ 31,496) and widen once ([`k_unit`] with a scale of 1).
 #[inline(always)]
-unsafe fn narrow_sets<const S: usize>(q: __m256i, y: *const u8, init: [__m256i; S]) -> [__m256i; S] {
+unsafe fn narrow_sets<const S: usize>(
+    q: __m256i,
+    y: *const u8,
+    init: [__m256i; S],
+) -> [__m256i; S] {
     // SAFETY: `y` holds 4 × S packed vectors; AVX2 is enabled in the callers.
     unsafe {
         let mut acc = init;
@@ -811,6 +819,46 @@ unsafe fn k_pair_sums<const S: usize>(pairs: [i32; 8], y: *const u8, set: usize)
     }
 }
 
+/// One Q4_K unit (nibbles `q`, 32 values) against `S` packed sets of four
+/// rows at `y`: `acc[set] += scale · Σ q·a`, exact, each set's halves apart.
+pub(super) type Q4KUnit<const S: usize> = unsafe fn(__m256i, *const u8, i16, &mut [__m256i; S]);
+
+/// [`Q4KUnit`] with `maddubs`: nibbles ≤ 15, so four steps stay within i16
+/// (4·2·15·127), then one `madd` by the scale.
+#[inline(always)]
+pub(super) unsafe fn q4_k_unit<const S: usize>(
+    q: __m256i,
+    y: *const u8,
+    scale: i16,
+    acc: &mut [__m256i; S],
+) {
+    // SAFETY: forwarded from the tile's contract.
+    unsafe { k_unit::<S, 4>(q, y, _mm256_set1_epi16(scale), acc) }
+}
+
+/// One Q6_K unit (quants `q` ≤ 63, 32 values) against `S` packed sets of
+/// four rows at `y`: `acc[set] += Σ scale·q·a` with the scale of values
+/// 0..15 (each set's low half) and of values 16..31 (its high half), exact.
+pub(super) type Q6KUnit<const S: usize> = unsafe fn(__m256i, *const u8, [i8; 2], &mut [__m256i; S]);
+
+/// [`Q6KUnit`] with `maddubs`: two steps stay within i16 (2·2·63·127).
+#[inline(always)]
+pub(super) unsafe fn q6_k_unit<const S: usize>(
+    q: __m256i,
+    y: *const u8,
+    scales: [i8; 2],
+    acc: &mut [__m256i; S],
+) {
+    // SAFETY: forwarded from the tile's contract.
+    unsafe {
+        let scale = _mm256_set_m128i(
+            _mm_set1_epi16(scales[1] as i16),
+            _mm_set1_epi16(scales[0] as i16),
+        );
+        k_unit::<S, 2>(q, y, scale, acc)
+    }
+}
+
 /// Two i16 in one i32 lane: `lo` in the low half.
 #[inline(always)]
 fn i16_pair(lo: i32, hi: i32) -> i32 {
@@ -821,8 +869,15 @@ fn i16_pair(lo: i32, hi: i32) -> i32 {
 /// [`crate::pack`]), rows side by side: per super-block the exact integer
 /// sums with scales and with mins, then [`k_block_step`] per lane — the row
 /// kernels' bits.
+///
+/// `unit` is the ISA's integer part: one 32-value unit's scaled sums.
 #[inline(always)]
-unsafe fn q4_k_tile<const S: usize>(nb: usize, w: *const u8, packed: *const u8) -> [[f32; 4]; S] {
+pub(super) unsafe fn q4_k_tile<const S: usize>(
+    nb: usize,
+    w: *const u8,
+    packed: *const u8,
+    unit: Q4KUnit<S>,
+) -> [[f32; 4]; S] {
     // SAFETY: the wrappers checked `nb` weight blocks and `nb` packed super-block
     // groups of `4·S` rows; AVX2/FMA/F16C are enabled in the callers.
     unsafe {
@@ -841,8 +896,7 @@ unsafe fn q4_k_tile<const S: usize>(nb: usize, w: *const u8, packed: *const u8) 
                 let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
                 // Nibbles ≤ 15: four steps stay within i16 (4·2·15·127).
                 for (u, q) in [(2 * j, lo), (2 * j + 1, hi)] {
-                    let sc = _mm256_set1_epi16(scales[u] as i16);
-                    k_unit::<S, 4>(q, y.add(u * 128 * S), sc, &mut sums);
+                    unit(q, y.add(u * 128 * S), scales[u] as i16, &mut sums);
                 }
             }
             let pairs = mins.map(|m| i16_pair(m as i32, m as i32));
@@ -869,7 +923,12 @@ unsafe fn q4_k_tile<const S: usize>(nb: usize, w: *const u8, packed: *const u8) 
 /// quants (0..63), the `-32` offset through the 16-value sums, per super-block
 /// the exact integer sum, then `acc = fma(d_w·d_a, Σ, acc)` per lane.
 #[inline(always)]
-unsafe fn q6_k_tile<const S: usize>(nb: usize, w: *const u8, packed: *const u8) -> [[f32; 4]; S] {
+pub(super) unsafe fn q6_k_tile<const S: usize>(
+    nb: usize,
+    w: *const u8,
+    packed: *const u8,
+    unit: Q6KUnit<S>,
+) -> [[f32; 4]; S] {
     // SAFETY: as for `q4_k_tile`, with 210-byte weight blocks.
     unsafe {
         let gb = crate::pack::q8_k_group_block(4 * S);
@@ -883,13 +942,12 @@ unsafe fn q6_k_tile<const S: usize>(nb: usize, w: *const u8, packed: *const u8) 
                 let q = q6_k_quants(x, half);
                 for (k, &qk) in q.iter().enumerate() {
                     let u = 4 * half + k;
-                    // Values 0..15 of the unit in the low 128 bits, 16..31 in the high.
-                    let scale = _mm256_set_m128i(
-                        _mm_set1_epi16(sc[2 * u + 1] as i16),
-                        _mm_set1_epi16(sc[2 * u] as i16),
+                    unit(
+                        qk,
+                        y.add(u * 128 * S),
+                        [sc[2 * u], sc[2 * u + 1]],
+                        &mut sums,
                     );
-                    // Quants ≤ 63: two steps stay within i16 (2·2·63·127).
-                    k_unit::<S, 2>(qk, y.add(u * 128 * S), scale, &mut sums);
                 }
             }
             let pairs: [i32; 8] =
@@ -911,51 +969,10 @@ unsafe fn q6_k_tile<const S: usize>(nb: usize, w: *const u8, packed: *const u8) 
     }
 }
 
-macro_rules! k_tiles {
-    ($($ty:ident: $body:ident, $k16:ident => $f16:ident, $k8:ident => $f8:ident, $k4:ident => $f4:ident;)*) => {$(
-        #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn $k16(nb: usize, w: *const u8, packed: *const u8) -> [f32; 16] {
-            // SAFETY: forwarded from the wrapper's checks.
-            let sets = unsafe { $body::<4>(nb, w, packed) };
-            std::array::from_fn(|c| sets[c / 4][c % 4])
-        }
-        #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn $k8(nb: usize, w: *const u8, packed: *const u8) -> [f32; 8] {
-            // SAFETY: forwarded from the wrapper's checks.
-            let [a, b] = unsafe { $body::<2>(nb, w, packed) };
-            [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
-        }
-        #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn $k4(nb: usize, w: *const u8, packed: *const u8) -> [f32; 4] {
-            // SAFETY: forwarded from the wrapper's checks.
-            unsafe { $body::<1>(nb, w, packed)[0] }
-        }
-        pub(crate) fn $f16(n: usize, w: &[u8], packed: &[u8]) -> [f32; 16] {
-            let nb = row_blocks(GgmlType::$ty, n, w);
-            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_K, n, 16), "group size");
-            // SAFETY: `nb` weight blocks and `nb` packed groups of 16 rows (checked above);
-            // reachable only through a table handed out after AVX2 detection.
-            unsafe { $k16(nb, w.as_ptr(), packed.as_ptr()) }
-        }
-        pub(crate) fn $f8(n: usize, w: &[u8], packed: &[u8]) -> [f32; 8] {
-            let nb = row_blocks(GgmlType::$ty, n, w);
-            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_K, n, 8), "group size");
-            // SAFETY: `nb` weight blocks and `nb` packed groups of 8 rows (checked above);
-            // reachable only through a table handed out after AVX2 detection.
-            unsafe { $k8(nb, w.as_ptr(), packed.as_ptr()) }
-        }
-        pub(crate) fn $f4(n: usize, w: &[u8], packed: &[u8]) -> [f32; 4] {
-            let nb = row_blocks(GgmlType::$ty, n, w);
-            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_K, n, 4), "group size");
-            // SAFETY: `nb` weight blocks and `nb` packed groups of 4 rows (checked above);
-            // reachable only through a table handed out after AVX2 detection.
-            unsafe { $k4(nb, w.as_ptr(), packed.as_ptr()) }
-        }
-    )*};
-}
 k_tiles! {
-    Q4_K: q4_k_tile, k_q4_k_x16 => tile16_q4_k, k_q4_k_x8 => tile8_q4_k, k_q4_k_t4 => tile4_q4_k;
-    Q6_K: q6_k_tile, k_q6_k_x16 => tile16_q6_k, k_q6_k_x8 => tile8_q6_k, k_q6_k_t4 => tile4_q6_k;
+    "avx2,fma,f16c";
+    Q4_K: q4_k_tile(q4_k_unit), k_q4_k_x16 => tile16_q4_k, k_q4_k_x8 => tile8_q4_k, k_q4_k_t4 => tile4_q4_k;
+    Q6_K: q6_k_tile(q6_k_unit), k_q6_k_x16 => tile16_q6_k, k_q6_k_x8 => tile8_q6_k, k_q6_k_t4 => tile4_q6_k;
 }
 
 k_wrappers! {

@@ -56,6 +56,54 @@ macro_rules! legacy_tile_fns {
     )*};
 }
 
+/// The 1×16, 1×8 and 1×4 tile functions of a K-quant type for one ISA: a
+/// tile body generic over its sets of four rows (with the ISA's unit, where
+/// the body takes one), its `#[target_feature]` entry points and the checked
+/// wrappers the tables hold.
+macro_rules! k_tiles {
+    ($feat:literal;
+     $($ty:ident: $body:ident $(($unit:ident))?, $k16:ident => $f16:ident, $k8:ident => $f8:ident, $k4:ident => $f4:ident;)*) => {$(
+        #[target_feature(enable = $feat)]
+        unsafe fn $k16(nb: usize, w: *const u8, packed: *const u8) -> [f32; 16] {
+            // SAFETY: forwarded from the wrapper's checks.
+            let sets = unsafe { $body::<4>(nb, w, packed $(, $unit::<4>)?) };
+            std::array::from_fn(|c| sets[c / 4][c % 4])
+        }
+        #[target_feature(enable = $feat)]
+        unsafe fn $k8(nb: usize, w: *const u8, packed: *const u8) -> [f32; 8] {
+            // SAFETY: forwarded from the wrapper's checks.
+            let [a, b] = unsafe { $body::<2>(nb, w, packed $(, $unit::<2>)?) };
+            [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
+        }
+        #[target_feature(enable = $feat)]
+        unsafe fn $k4(nb: usize, w: *const u8, packed: *const u8) -> [f32; 4] {
+            // SAFETY: forwarded from the wrapper's checks.
+            unsafe { $body::<1>(nb, w, packed $(, $unit::<1>)?)[0] }
+        }
+        pub(crate) fn $f16(n: usize, w: &[u8], packed: &[u8]) -> [f32; 16] {
+            let nb = row_blocks(GgmlType::$ty, n, w);
+            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_K, n, 16), "group size");
+            // SAFETY: `nb` weight blocks and `nb` packed groups of 16 rows (checked above);
+            // reachable only through a table handed out after the ISA's detection.
+            unsafe { $k16(nb, w.as_ptr(), packed.as_ptr()) }
+        }
+        pub(crate) fn $f8(n: usize, w: &[u8], packed: &[u8]) -> [f32; 8] {
+            let nb = row_blocks(GgmlType::$ty, n, w);
+            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_K, n, 8), "group size");
+            // SAFETY: `nb` weight blocks and `nb` packed groups of 8 rows (checked above);
+            // reachable only through a table handed out after the ISA's detection.
+            unsafe { $k8(nb, w.as_ptr(), packed.as_ptr()) }
+        }
+        pub(crate) fn $f4(n: usize, w: &[u8], packed: &[u8]) -> [f32; 4] {
+            let nb = row_blocks(GgmlType::$ty, n, w);
+            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_K, n, 4), "group size");
+            // SAFETY: `nb` weight blocks and `nb` packed groups of 4 rows (checked above);
+            // reachable only through a table handed out after the ISA's detection.
+            unsafe { $k4(nb, w.as_ptr(), packed.as_ptr()) }
+        }
+    )*};
+}
+
 pub(crate) mod avx2;
 pub(crate) mod avx512;
 
@@ -228,8 +276,8 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
     ),
     with(AVX2[8], V, None, None, None),
     with(AVX2[9], V, None, None, None),
-    // The K-quant tiles are AVX2's (rows side by side, the same bits as the
-    // VNNI row kernels).
+    // The K-quant tiles with VNNI units (rows side by side, the same bits as
+    // the VNNI row kernels).
     tiles(
         with(
             AVX2[10],
@@ -239,9 +287,9 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
             Some(avx512::vec_dot_x4_q4_k),
         ),
         0,
-        avx2::tile16_q4_k,
-        avx2::tile8_q4_k,
-        avx2::tile4_q4_k,
+        avx512::tile16_q4_k,
+        avx512::tile8_q4_k,
+        avx512::tile4_q4_k,
     ),
     with(AVX2[11], V, None, None, None),
     tiles(
@@ -253,8 +301,8 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
             Some(avx512::vec_dot_x4_q6_k),
         ),
         0,
-        avx2::tile16_q6_k,
-        avx2::tile8_q6_k,
-        avx2::tile4_q6_k,
+        avx512::tile16_q6_k,
+        avx512::tile8_q6_k,
+        avx512::tile4_q6_k,
     ),
 ];
