@@ -51,7 +51,7 @@ pub struct TypeKernels {
     pub vec_dot: VecDotFn,
     /// A 1×4 tile; `None` where only the row kernel exists.
     pub vec_dot_x4: Option<VecDotX4Fn>,
-    /// 1×8 and 1×4 tiles over packed activations; `None` where the ISA has
+    /// 1×16, 1×8 and 1×4 tiles over packed activations; `None` where the ISA has
     /// none (always SIMD: the scalar twin is [`TypeKernels::vec_dot`] per column).
     pub tiles: Option<TileFns>,
 }

@@ -2,10 +2,10 @@
 //!
 //! [`AVX2`] replaces the scalar kernels with `avx2` ones where they exist;
 //! [`AVX512`] starts from [`AVX2`] (every AVX-512 VNNI CPU has AVX2) and
-//! replaces the Q4_K and Q6_K row/x4 kernels and the Q8_0, Q4_0, Q5_0 tiles
-//! with VNNI ones that keep AVX2's arithmetic (the same bits: batch
-//! invariance holds across the two tables too). The Q8_0 row kernel and
-//! the K-quant tiles stay AVX2's: VNNI versions measured no faster.
+//! replaces the Q4_K and Q6_K row/x4 kernels and all the tiles with VNNI
+//! ones that keep AVX2's arithmetic (the same bits: batch invariance holds
+//! across the two tables too). The Q8_0 row kernel stays AVX2's: a VNNI
+//! version measured no faster.
 
 /// The 1×16, 1×8 and 1×4 tile functions of the legacy (Q8_0-activation)
 /// types for one ISA: `#[target_feature]` entry points over
