@@ -11,11 +11,13 @@
 //! positions, into a per-thread buffer (grown, never shrunk); a single
 //! query (decoding) widens rows as it reads them and allocates nothing.
 //!
-//! Work is split over (query chunk × head) tasks on a [`ThreadPool`]; tasks
-//! write disjoint output rows. Each (query, head) row goes through the row
-//! kernel of the selected ISA ([`AttendFn`]): the portable one here, the
-//! AVX2 one on x86-64. A row's result depends only on its query, its key
-//! range and the ISA, never on the other rows of the call, so a token's
+//! Work is split over (query chunk × head, or × kv head for prompts) tasks
+//! on a [`ThreadPool`]; tasks write disjoint output rows. A query's heads go
+//! through the row kernel of the selected ISA ([`AttendFn`]: the portable
+//! one here, the AVX2 one on x86-64) one at a time, or up to [`MAX_HEADS`]
+//! of a kv head's group together, reading each key and value row once for
+//! all of them. A row's result depends only on its query, its key range and
+//! the ISA, never on the other rows or heads of the call, so a token's
 //! output is the same alone or inside a batch.
 
 use std::ops::Range;
@@ -73,11 +75,13 @@ pub struct AttnShape {
     pub softcap: Option<f32>,
 }
 
-/// One (query, head) row of an attention call.
+/// One query's heads that share a kv head (one to [`MAX_HEADS`]), in one
+/// attention call.
 #[derive(Clone, Debug)]
 pub(crate) struct RowArgs<'a> {
-    /// The query head (`head_dim` values).
+    /// The query heads, one after the other (`head_dim` values each).
     pub q: &'a [f32],
+    pub head_dim: usize,
     pub k: KvRows<'a>,
     pub v: KvRows<'a>,
     /// Offset of the kv head inside each key/value row.
@@ -90,8 +94,12 @@ pub(crate) struct RowArgs<'a> {
     pub softcap: Option<f32>,
 }
 
-/// The row kernel of an ISA: writes the row's `head_dim` outputs.
+/// The row kernel of an ISA: writes the heads' outputs (`q.len()` values).
+/// Each head's result is the same bits whichever heads share its call.
 pub(crate) type AttendFn = fn(RowArgs<'_>, &mut [f32]);
+
+/// Most query heads one row-kernel call takes.
+pub(crate) const MAX_HEADS: usize = 4;
 
 /// The row kernel `isa` uses for heads of `head_dim` values.
 fn row_kernel(isa: Isa, head_dim: usize) -> AttendFn {
@@ -188,10 +196,12 @@ pub fn attention_on(
     let group = n_head / n_head_kv;
     let row = row_kernel(isa, hd);
     // Tasks: (chunk of queries) × head, or × kv head when there are enough
-    // queries to balance the threads that way: then the task's key and value
-    // rows are widened from f16 once for all its query heads and positions.
+    // queries to balance the threads that way: then the task's query heads
+    // go through the row kernel together (each key row read once for all),
+    // and its f16 key and value rows are widened once for all its heads and
+    // positions.
     let threads = pool.threads().max(1);
-    let per_kv = n_q >= 4 * threads && matches!(k, KvRows::F16(_));
+    let per_kv = n_q >= 4 * threads;
     let heads_per_task = if per_kv { group } else { 1 };
     let task_heads = n_head / heads_per_task;
     let q_chunk = n_q
@@ -213,14 +223,21 @@ pub fn attention_on(
                 } else {
                     r.start - base..r.end - base
                 };
-                for h in heads.clone() {
+                // The task's heads share the kv head and the key range: up
+                // to MAX_HEADS of them per call read each key row once.
+                let mut h = heads.start;
+                while h < heads.end {
+                    let nh = (heads.end - h).min(MAX_HEADS);
                     let o_start = t * q_row + h * hd;
-                    // SAFETY: `o_start + hd <= n_q * q_row == out.len()` (checked above),
-                    // and the (t, h) pair is visited by exactly one task, so this row
-                    // is not aliased.
-                    let oh = unsafe { std::slice::from_raw_parts_mut(out_ptr.0.add(o_start), hd) };
+                    h += nh;
+                    // SAFETY: `o_start + nh·hd <= n_q * q_row == out.len()` (checked above),
+                    // and the (t, head) pairs are visited by exactly one task, so these
+                    // rows are not aliased.
+                    let oh =
+                        unsafe { std::slice::from_raw_parts_mut(out_ptr.0.add(o_start), nh * hd) };
                     let args = RowArgs {
-                        q: &q[o_start..o_start + hd],
+                        q: &q[o_start..o_start + nh * hd],
+                        head_dim: hd,
                         k,
                         v,
                         off,
@@ -273,8 +290,17 @@ pub fn attention_on(
 /// The portable row kernel (and the reference of the SIMD ones): one query
 /// head against its key rows.
 fn attend_one(args: RowArgs<'_>, out: &mut [f32]) {
+    let hd = args.head_dim;
+    for (q, out) in args.q.chunks_exact(hd).zip(out.chunks_exact_mut(hd)) {
+        attend_head(RowArgs { q, ..args.clone() }, out);
+    }
+}
+
+/// [`attend_one`] for one head.
+fn attend_head(args: RowArgs<'_>, out: &mut [f32]) {
     let RowArgs {
         q,
+        head_dim: _,
         k,
         v,
         off,
@@ -458,36 +484,44 @@ mod tests {
     }
 
     /// A row's output does not depend on the other rows of the call: the
-    /// same query and keys give the same bits at any place in a batch.
+    /// same query and keys give the same bits at any place in a batch, and
+    /// whichever heads of its kv head's group share its kernel call.
     #[test]
     fn rows_are_independent_of_the_batch() {
-        let shape = AttnShape {
-            n_head: 2,
-            n_head_kv: 1,
-            head_dim: 64,
-            scale: 0.125,
-            softcap: None,
-        };
-        let n = 50;
-        let q = pseudo(n * 2 * 64, 4);
-        let k = pseudo(n * 64, 5);
-        let v = pseudo(n * 64, 6);
-        let kh: Vec<f16> = k.iter().map(|&x| f16::from_f32(x)).collect();
-        let vh: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
-        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
-            for (k, v) in [
-                (KvRows::F32(&k), KvRows::F32(&v)),
-                // Among 50 queries the f16 rows are widened once per task; alone, per row.
-                (KvRows::F16(&kh), KvRows::F16(&vh)),
-            ] {
-                // Query 37 attends keys 20..45, alone and among 50 queries.
-                let keys = |t: usize| if t == 37 { 20..45 } else { 0..t + 1 };
-                let mut all = vec![0.0; q.len()];
-                attention_on(isa, &shape, &q, k, v, &keys, &mut all, &Rayon).unwrap();
-                let mut one = vec![0.0; 2 * 64];
-                let q37 = &q[37 * 128..38 * 128];
-                attention_on(isa, &shape, q37, k, v, &|_| 20..45, &mut one, &Serial).unwrap();
-                assert_eq!(&all[37 * 128..38 * 128], &one[..], "{isa}");
+        for (n_head, softcap) in [(2, None), (3, Some(0.5)), (5, None), (8, None)] {
+            let shape = AttnShape {
+                n_head,
+                n_head_kv: 1,
+                head_dim: 64,
+                scale: 0.125,
+                softcap,
+            };
+            let (n, q_row) = (50, n_head * 64);
+            let q = pseudo(n * q_row, 4);
+            let k = pseudo(n * 64, 5);
+            let v = pseudo(n * 64, 6);
+            let kh: Vec<f16> = k.iter().map(|&x| f16::from_f32(x)).collect();
+            let vh: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
+            for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+                for (k, v) in [
+                    (KvRows::F32(&k), KvRows::F32(&v)),
+                    // Among 50 queries the f16 rows are widened once per task; alone, per row.
+                    (KvRows::F16(&kh), KvRows::F16(&vh)),
+                ] {
+                    // Query 37 attends keys 20..45, alone and among 50 queries (where
+                    // its heads share kernel calls).
+                    let keys = |t: usize| if t == 37 { 20..45 } else { 0..t + 1 };
+                    let mut all = vec![0.0; q.len()];
+                    attention_on(isa, &shape, &q, k, v, &keys, &mut all, &Rayon).unwrap();
+                    let mut one = vec![0.0; q_row];
+                    let q37 = &q[37 * q_row..38 * q_row];
+                    attention_on(isa, &shape, q37, k, v, &|_| 20..45, &mut one, &Serial).unwrap();
+                    assert_eq!(
+                        &all[37 * q_row..38 * q_row],
+                        &one[..],
+                        "{isa} {n_head} heads"
+                    );
+                }
             }
         }
     }

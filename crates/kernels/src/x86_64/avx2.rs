@@ -1292,16 +1292,32 @@ unsafe fn exp_ps(x: __m256) -> __m256 {
 /// Keys per online-softmax update (the scalar path's block, for the same rescaling points).
 const KEY_BLOCK: usize = crate::attention::KEY_BLOCK;
 
-/// One query head (`hd` f32 at `q`, `hd` a multiple of 8) against key rows
-/// `start..end` (row `j`'s head at `k + j·row`, elements read by `load8`),
-/// into `out`: scores 8 keys at a time (eight FMA chains, one transposing
-/// reduction), the block's `exp` in 8 lanes, and the value rows accumulated
-/// into the output 8 dimensions at a time.
+/// Four f32 × 8 vectors → their four horizontal sums, each by the same
+/// addition tree as [`hsum8_ps`] gives it.
+#[inline(always)]
+unsafe fn hsum4_ps(p: [__m256; 4]) -> __m128 {
+    // SAFETY: AVX is enabled in every kernel calling this.
+    unsafe {
+        let s0123 = _mm256_hadd_ps(_mm256_hadd_ps(p[0], p[1]), _mm256_hadd_ps(p[2], p[3]));
+        _mm_add_ps(
+            _mm256_castps256_ps128(s0123),
+            _mm256_extractf128_ps::<1>(s0123),
+        )
+    }
+}
+
+/// `R` query heads (`hd` f32 each at `q[r]`, `hd` a multiple of 8) that
+/// share one kv head, against key rows `start..end` (row `j`'s head at
+/// `k + j·row`, elements read by `load8`), into `out[r]`: scores 8 keys at a
+/// time (8 FMA chains per head, the same addition tree for every key of a
+/// full step), the block's `exp` in 8 lanes, and the value rows accumulated
+/// into the outputs 8 dimensions at a time. Each key and value row is read
+/// once for all `R` heads; every head gets the bits it gets alone (`R = 1`).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn attend<const ESIZE: usize>(
+unsafe fn attend<const R: usize, const ESIZE: usize>(
     hd: usize,
-    q: *const f32,
+    q: [*const f32; R],
     k: *const u8,
     v: *const u8,
     row: usize,
@@ -1309,131 +1325,190 @@ unsafe fn attend<const ESIZE: usize>(
     end: usize,
     scale: f32,
     softcap: Option<f32>,
-    out: *mut f32,
+    out: [*mut f32; R],
     load8: unsafe fn(*const u8) -> __m256,
 ) {
-    // SAFETY: the wrapper checked `hd` values at `q` and `out` and that every key
-    // row of the range holds `hd` elements; AVX2/FMA/F16C are enabled.
+    // SAFETY: the wrapper checked `hd` values at each `q[r]` and `out[r]` and that
+    // every key row of the range holds `hd` elements; AVX2/FMA/F16C are enabled.
     unsafe {
         let chunks = hd / 8;
-        for c in 0..chunks {
-            _mm256_storeu_ps(out.add(8 * c), _mm256_setzero_ps());
+        for o in out {
+            for c in 0..chunks {
+                _mm256_storeu_ps(o.add(8 * c), _mm256_setzero_ps());
+            }
         }
-        let (mut max, mut sum) = (f32::NEG_INFINITY, 0.0f32);
-        let mut s = [f32::NEG_INFINITY; KEY_BLOCK];
+        let (mut max, mut sum) = ([f32::NEG_INFINITY; R], [0.0f32; R]);
+        let mut s = [[f32::NEG_INFINITY; KEY_BLOCK]; R];
         let mut j0 = start;
         while j0 < end {
             let n = (end - j0).min(KEY_BLOCK);
             let key = |j: usize| k.add((j0 + j) * row);
             let mut j = 0;
             while j + 8 <= n {
-                let mut acc = [_mm256_setzero_ps(); 8];
-                for c in 0..chunks {
-                    let qv = _mm256_loadu_ps(q.add(8 * c));
-                    for (r, a) in acc.iter_mut().enumerate() {
-                        *a = _mm256_fmadd_ps(qv, load8(key(j + r).add(8 * c * ESIZE)), *a);
+                if R == 1 {
+                    let mut acc = [_mm256_setzero_ps(); 8];
+                    for c in 0..chunks {
+                        let qv = _mm256_loadu_ps(q[0].add(8 * c));
+                        for (i, a) in acc.iter_mut().enumerate() {
+                            *a = _mm256_fmadd_ps(qv, load8(key(j + i).add(8 * c * ESIZE)), *a);
+                        }
+                    }
+                    let sv = _mm256_mul_ps(hsum8_ps(&acc), _mm256_set1_ps(scale));
+                    _mm256_storeu_ps(s[0].as_mut_ptr().add(j), sv);
+                } else {
+                    // Four keys × R heads per pass: each key's FMA chain and
+                    // addition tree are the single head's.
+                    for half in [j, j + 4] {
+                        let mut acc = [[_mm256_setzero_ps(); 4]; R];
+                        for c in 0..chunks {
+                            let kv: [__m256; 4] =
+                                std::array::from_fn(|i| load8(key(half + i).add(8 * c * ESIZE)));
+                            for r in 0..R {
+                                let qv = _mm256_loadu_ps(q[r].add(8 * c));
+                                for i in 0..4 {
+                                    acc[r][i] = _mm256_fmadd_ps(qv, kv[i], acc[r][i]);
+                                }
+                            }
+                        }
+                        for r in 0..R {
+                            let sv = _mm_mul_ps(hsum4_ps(acc[r]), _mm_set1_ps(scale));
+                            _mm_storeu_ps(s[r].as_mut_ptr().add(half), sv);
+                        }
                     }
                 }
-                let sv = _mm256_mul_ps(hsum8_ps(&acc), _mm256_set1_ps(scale));
-                _mm256_storeu_ps(s.as_mut_ptr().add(j), sv);
                 j += 8;
             }
             while j < n {
-                let mut a = _mm256_setzero_ps();
-                for c in 0..chunks {
-                    let qv = _mm256_loadu_ps(q.add(8 * c));
-                    a = _mm256_fmadd_ps(qv, load8(key(j).add(8 * c * ESIZE)), a);
+                for r in 0..R {
+                    let mut a = _mm256_setzero_ps();
+                    for c in 0..chunks {
+                        let qv = _mm256_loadu_ps(q[r].add(8 * c));
+                        a = _mm256_fmadd_ps(qv, load8(key(j).add(8 * c * ESIZE)), a);
+                    }
+                    s[r][j] = hsum_f32(a) * scale;
                 }
-                s[j] = hsum_f32(a) * scale;
                 j += 1;
             }
-            if let Some(c) = softcap {
-                s[..n].iter_mut().for_each(|x| *x = c * (*x / c).tanh());
+            let mut p = [[0.0f32; KEY_BLOCK]; R];
+            for r in 0..R {
+                let s = &mut s[r];
+                if let Some(c) = softcap {
+                    s[..n].iter_mut().for_each(|x| *x = c * (*x / c).tanh());
+                }
+                let block_max = s[..n].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                if block_max > max[r] {
+                    let rescale = crate::ops::exp_fast(max[r] - block_max);
+                    if sum[r] > 0.0 {
+                        let f = _mm256_set1_ps(rescale);
+                        for c in 0..chunks {
+                            let o = out[r].add(8 * c);
+                            _mm256_storeu_ps(o, _mm256_mul_ps(_mm256_loadu_ps(o), f));
+                        }
+                    }
+                    sum[r] *= rescale;
+                    max[r] = block_max;
+                }
+                // Lanes past `n` hold -inf and give 0.
+                s[n..n.next_multiple_of(8).min(KEY_BLOCK)].fill(f32::NEG_INFINITY);
+                let m = _mm256_set1_ps(max[r]);
+                let mut psum = _mm256_setzero_ps();
+                for c in 0..n.div_ceil(8) {
+                    let e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(s.as_ptr().add(8 * c)), m));
+                    _mm256_storeu_ps(p[r].as_mut_ptr().add(8 * c), e);
+                    psum = _mm256_add_ps(psum, e);
+                }
+                sum[r] += hsum_f32(psum);
             }
-            let block_max = s[..n].iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            if block_max > max {
-                let rescale = crate::ops::exp_fast(max - block_max);
-                if sum > 0.0 {
-                    let r = _mm256_set1_ps(rescale);
-                    for c in 0..chunks {
-                        let o = out.add(8 * c);
-                        _mm256_storeu_ps(o, _mm256_mul_ps(_mm256_loadu_ps(o), r));
+            // Values: two chunks of 8 dimensions of all R outputs in registers
+            // while the block's value rows stream past (one chunk at the end).
+            let mut c = 0;
+            while c < chunks {
+                let two = c + 2 <= chunks;
+                let mut acc = [[_mm256_setzero_ps(); 2]; R];
+                for r in 0..R {
+                    acc[r][0] = _mm256_loadu_ps(out[r].add(8 * c));
+                    if two {
+                        acc[r][1] = _mm256_loadu_ps(out[r].add(8 * c + 8));
                     }
                 }
-                sum *= rescale;
-                max = block_max;
-            }
-            // Lanes past `n` hold -inf and give 0.
-            s[n..n.next_multiple_of(8).min(KEY_BLOCK)].fill(f32::NEG_INFINITY);
-            let m = _mm256_set1_ps(max);
-            let mut psum = _mm256_setzero_ps();
-            for c in 0..n.div_ceil(8) {
-                let p = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(s.as_ptr().add(8 * c)), m));
-                _mm256_storeu_ps(s.as_mut_ptr().add(8 * c), p);
-                psum = _mm256_add_ps(psum, p);
-            }
-            sum += hsum_f32(psum);
-            for c in 0..chunks {
-                let o = out.add(8 * c);
-                let mut acc = _mm256_loadu_ps(o);
-                for (j, &p) in s[..n].iter().enumerate() {
-                    let vj = load8(v.add((j0 + j) * row + 8 * c * ESIZE));
-                    acc = _mm256_fmadd_ps(_mm256_set1_ps(p), vj, acc);
+                for jj in 0..n {
+                    let vrow = v.add((j0 + jj) * row + 8 * c * ESIZE);
+                    let v0 = load8(vrow);
+                    let v1 = if two { load8(vrow.add(8 * ESIZE)) } else { v0 };
+                    for r in 0..R {
+                        let pj = _mm256_set1_ps(p[r][jj]);
+                        acc[r][0] = _mm256_fmadd_ps(pj, v0, acc[r][0]);
+                        if two {
+                            acc[r][1] = _mm256_fmadd_ps(pj, v1, acc[r][1]);
+                        }
+                    }
                 }
-                _mm256_storeu_ps(o, acc);
+                for r in 0..R {
+                    _mm256_storeu_ps(out[r].add(8 * c), acc[r][0]);
+                    if two {
+                        _mm256_storeu_ps(out[r].add(8 * c + 8), acc[r][1]);
+                    }
+                }
+                c += if two { 2 } else { 1 };
             }
             j0 += n;
         }
-        if sum > 0.0 {
-            let r = _mm256_set1_ps(1.0 / sum);
-            for c in 0..chunks {
-                let o = out.add(8 * c);
-                _mm256_storeu_ps(o, _mm256_mul_ps(_mm256_loadu_ps(o), r));
+        for r in 0..R {
+            if sum[r] > 0.0 {
+                let f = _mm256_set1_ps(1.0 / sum[r]);
+                for c in 0..chunks {
+                    let o = out[r].add(8 * c);
+                    _mm256_storeu_ps(o, _mm256_mul_ps(_mm256_loadu_ps(o), f));
+                }
             }
         }
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn k_attend_f32(
-    hd: usize,
-    q: *const f32,
-    k: *const u8,
-    v: *const u8,
-    row: usize,
-    start: usize,
-    end: usize,
-    scale: f32,
-    softcap: Option<f32>,
-    out: *mut f32,
-) {
-    // SAFETY: forwarded from the wrapper's checks.
-    unsafe { attend::<4>(hd, q, k, v, row, start, end, scale, softcap, out, load8_f32) }
+/// The attention kernels' entry points: `R` heads of f32 or f16 rows.
+macro_rules! attend_fns {
+    ($($name:ident: $r:literal, $esize:literal, $load:ident;)*) => {$(
+        #[target_feature(enable = "avx2,fma,f16c")]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn $name(
+            hd: usize,
+            q: *const f32,
+            k: *const u8,
+            v: *const u8,
+            row: usize,
+            start: usize,
+            end: usize,
+            scale: f32,
+            softcap: Option<f32>,
+            out: *mut f32,
+        ) {
+            // SAFETY: forwarded from the wrapper's checks: `R·hd` values at `q` and `out`.
+            unsafe {
+                let q = std::array::from_fn(|r| q.add(r * hd));
+                let out = std::array::from_fn(|r| out.add(r * hd));
+                attend::<$r, $esize>(hd, q, k, v, row, start, end, scale, softcap, out, $load)
+            }
+        }
+    )*};
 }
-#[target_feature(enable = "avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn k_attend_f16(
-    hd: usize,
-    q: *const f32,
-    k: *const u8,
-    v: *const u8,
-    row: usize,
-    start: usize,
-    end: usize,
-    scale: f32,
-    softcap: Option<f32>,
-    out: *mut f32,
-) {
-    // SAFETY: forwarded from the wrapper's checks.
-    unsafe { attend::<2>(hd, q, k, v, row, start, end, scale, softcap, out, load8_f16) }
+attend_fns! {
+    k_attend1_f32: 1, 4, load8_f32;
+    k_attend2_f32: 2, 4, load8_f32;
+    k_attend3_f32: 3, 4, load8_f32;
+    k_attend4_f32: 4, 4, load8_f32;
+    k_attend1_f16: 1, 2, load8_f16;
+    k_attend2_f16: 2, 2, load8_f16;
+    k_attend3_f16: 3, 2, load8_f16;
+    k_attend4_f16: 4, 2, load8_f16;
 }
 
-/// [`crate::attention::AttendFn`] with AVX2 + FMA + F16C (head dimension a multiple of 8).
+/// [`crate::attention::AttendFn`] with AVX2 + FMA + F16C (head dimension a
+/// multiple of 8, up to [`MAX_HEADS`] heads per call).
 pub(crate) fn attend_row(args: crate::attention::RowArgs<'_>, out: &mut [f32]) {
-    use crate::attention::KvRows;
+    use crate::attention::{KvRows, MAX_HEADS};
     let crate::attention::RowArgs {
         q,
+        head_dim: hd,
         k,
         v,
         off,
@@ -1442,10 +1517,14 @@ pub(crate) fn attend_row(args: crate::attention::RowArgs<'_>, out: &mut [f32]) {
         scale,
         softcap,
     } = args;
-    let hd = q.len();
+    let heads = q.len() / hd.max(1);
     assert!(
-        hd.is_multiple_of(8) && out.len() == hd,
-        "head of {hd} values"
+        hd.is_multiple_of(8) && q.len() == heads * hd && out.len() == q.len(),
+        "heads of {hd} values"
+    );
+    assert!(
+        (1..=MAX_HEADS).contains(&heads),
+        "{heads} heads in one call"
     );
     if keys.is_empty() {
         out.fill(0.0);
@@ -1453,46 +1532,59 @@ pub(crate) fn attend_row(args: crate::attention::RowArgs<'_>, out: &mut [f32]) {
     }
     // Every key row of the range must hold the head: `(end-1)·kv_row + off + hd ≤ len`.
     let fits = |len: usize| (keys.end - 1) * kv_row + off + hd <= len;
-    match (k, v) {
+    type Kernel = unsafe fn(
+        usize,
+        *const f32,
+        *const u8,
+        *const u8,
+        usize,
+        usize,
+        usize,
+        f32,
+        Option<f32>,
+        *mut f32,
+    );
+    let (kernel, kp, vp, esize): (Kernel, *const u8, *const u8, usize) = match (k, v) {
         (KvRows::F32(k), KvRows::F32(v)) => {
             assert!(fits(k.len()) && fits(v.len()), "key rows {keys:?}");
-            // SAFETY: the rows read lie inside `k` and `v` (checked above), `q` and `out`
-            // hold `hd` values; reachable only after AVX2/FMA/F16C detection.
-            unsafe {
-                k_attend_f32(
-                    hd,
-                    q.as_ptr(),
-                    k[off..].as_ptr().cast(),
-                    v[off..].as_ptr().cast(),
-                    kv_row * 4,
-                    keys.start,
-                    keys.end,
-                    scale,
-                    softcap,
-                    out.as_mut_ptr(),
-                )
-            }
+            let kernels: [Kernel; MAX_HEADS] =
+                [k_attend1_f32, k_attend2_f32, k_attend3_f32, k_attend4_f32];
+            (
+                kernels[heads - 1],
+                k[off..].as_ptr().cast(),
+                v[off..].as_ptr().cast(),
+                4,
+            )
         }
         (KvRows::F16(k), KvRows::F16(v)) => {
             assert!(fits(k.len()) && fits(v.len()), "key rows {keys:?}");
-            // SAFETY: as above, with f16 rows.
-            unsafe {
-                k_attend_f16(
-                    hd,
-                    q.as_ptr(),
-                    k[off..].as_ptr().cast(),
-                    v[off..].as_ptr().cast(),
-                    kv_row * 2,
-                    keys.start,
-                    keys.end,
-                    scale,
-                    softcap,
-                    out.as_mut_ptr(),
-                )
-            }
+            let kernels: [Kernel; MAX_HEADS] =
+                [k_attend1_f16, k_attend2_f16, k_attend3_f16, k_attend4_f16];
+            (
+                kernels[heads - 1],
+                k[off..].as_ptr().cast(),
+                v[off..].as_ptr().cast(),
+                2,
+            )
         }
         // `attention_on` refuses keys and values of different types.
         _ => unreachable!("keys and values of different types"),
+    };
+    // SAFETY: the rows read lie inside `k` and `v` (checked above), `q` and `out`
+    // hold `heads · hd` values; reachable only after AVX2/FMA/F16C detection.
+    unsafe {
+        kernel(
+            hd,
+            q.as_ptr(),
+            kp,
+            vp,
+            kv_row * esize,
+            keys.start,
+            keys.end,
+            scale,
+            softcap,
+            out.as_mut_ptr(),
+        )
     }
 }
 
