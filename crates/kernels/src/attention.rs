@@ -14,7 +14,8 @@
 //! Work is split over (query chunk × head, or × kv head for prompts) tasks
 //! on a [`ThreadPool`]; tasks write disjoint output rows. A query's heads go
 //! through the row kernel of the selected ISA ([`AttendFn`]: the portable
-//! one here, the AVX2 one on x86-64) one at a time, or up to [`MAX_HEADS`]
+//! one here, the AVX2 one on x86-64, built for AVX-512 VL's registers where
+//! that is the ISA) one at a time, or up to [`MAX_HEADS`]
 //! of a kv head's group together, reading each key and value row once for
 //! all of them. A row's result depends only on its query, its key range and
 //! the ISA, never on the other rows or heads of the call, so a token's
@@ -104,8 +105,12 @@ pub(crate) const MAX_HEADS: usize = 4;
 /// The row kernel `isa` uses for heads of `head_dim` values.
 fn row_kernel(isa: Isa, head_dim: usize) -> AttendFn {
     #[cfg(target_arch = "x86_64")]
-    if matches!(isa, Isa::Avx2 | Isa::Avx512Vnni) && head_dim.is_multiple_of(8) {
-        return crate::x86_64::avx2::attend_row;
+    if head_dim.is_multiple_of(8) {
+        match isa {
+            Isa::Avx2 => return crate::x86_64::avx2::attend_row,
+            Isa::Avx512Vnni => return crate::x86_64::avx2::attend_row_vl,
+            _ => {}
+        }
     }
     let _ = (isa, head_dim);
     attend_one

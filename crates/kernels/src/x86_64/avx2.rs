@@ -1314,7 +1314,7 @@ unsafe fn hsum4_ps(p: [__m256; 4]) -> __m128 {
 /// into the outputs 8 dimensions at a time. Each key and value row is read
 /// once for all `R` heads; every head gets the bits it gets alone (`R = 1`).
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
 unsafe fn attend<const R: usize, const ESIZE: usize>(
     hd: usize,
     q: [*const f32; R],
@@ -1465,46 +1465,81 @@ unsafe fn attend<const R: usize, const ESIZE: usize>(
     }
 }
 
-/// The attention kernels' entry points: `R` heads of f32 or f16 rows.
+/// The attention kernels' entry points: `R` heads of f32 or f16 rows, as a
+/// table indexed by `R - 1`, for one feature set.
 macro_rules! attend_fns {
-    ($($name:ident: $r:literal, $esize:literal, $load:ident;)*) => {$(
-        #[target_feature(enable = "avx2,fma,f16c")]
-        #[allow(clippy::too_many_arguments)]
-        unsafe fn $name(
-            hd: usize,
-            q: *const f32,
-            k: *const u8,
-            v: *const u8,
-            row: usize,
-            start: usize,
-            end: usize,
-            scale: f32,
-            softcap: Option<f32>,
-            out: *mut f32,
-        ) {
-            // SAFETY: forwarded from the wrapper's checks: `R·hd` values at `q` and `out`.
-            unsafe {
-                let q = std::array::from_fn(|r| q.add(r * hd));
-                let out = std::array::from_fn(|r| out.add(r * hd));
-                attend::<$r, $esize>(hd, q, k, v, row, start, end, scale, softcap, out, $load)
+    ($feat:literal; $($table:ident: $esize:literal, $load:ident => $($name:ident: $r:literal),*;)*) => {$(
+        $(
+            #[target_feature(enable = $feat)]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn $name(
+                hd: usize,
+                q: *const f32,
+                k: *const u8,
+                v: *const u8,
+                row: usize,
+                start: usize,
+                end: usize,
+                scale: f32,
+                softcap: Option<f32>,
+                out: *mut f32,
+            ) {
+                // SAFETY: forwarded from the wrapper's checks: `R·hd` values at `q` and `out`.
+                unsafe {
+                    let q = std::array::from_fn(|r| q.add(r * hd));
+                    let out = std::array::from_fn(|r| out.add(r * hd));
+                    attend::<$r, $esize>(hd, q, k, v, row, start, end, scale, softcap, out, $load)
+                }
             }
-        }
+        )*
+        const $table: [AttendKernel; crate::attention::MAX_HEADS] = [$($name),*];
     )*};
 }
+
+/// One attention kernel entry point (see [`attend`]).
+type AttendKernel = unsafe fn(
+    usize,
+    *const f32,
+    *const u8,
+    *const u8,
+    usize,
+    usize,
+    usize,
+    f32,
+    Option<f32>,
+    *mut f32,
+);
+
 attend_fns! {
-    k_attend1_f32: 1, 4, load8_f32;
-    k_attend2_f32: 2, 4, load8_f32;
-    k_attend3_f32: 3, 4, load8_f32;
-    k_attend4_f32: 4, 4, load8_f32;
-    k_attend1_f16: 1, 2, load8_f16;
-    k_attend2_f16: 2, 2, load8_f16;
-    k_attend3_f16: 3, 2, load8_f16;
-    k_attend4_f16: 4, 2, load8_f16;
+    "avx2,fma,f16c";
+    ATTEND_F32: 4, load8_f32 => k_attend1_f32: 1, k_attend2_f32: 2, k_attend3_f32: 3, k_attend4_f32: 4;
+    ATTEND_F16: 2, load8_f16 => k_attend1_f16: 1, k_attend2_f16: 2, k_attend3_f16: 3, k_attend4_f16: 4;
+}
+// The same arithmetic with AVX-512 VL's 32 vector registers: four heads' score
+// chains fit without spilling.
+attend_fns! {
+    "avx2,fma,f16c,avx512f,avx512vl";
+    ATTEND_F32_VL: 4, load8_f32 => v_attend1_f32: 1, v_attend2_f32: 2, v_attend3_f32: 3, v_attend4_f32: 4;
+    ATTEND_F16_VL: 2, load8_f16 => v_attend1_f16: 1, v_attend2_f16: 2, v_attend3_f16: 3, v_attend4_f16: 4;
 }
 
 /// [`crate::attention::AttendFn`] with AVX2 + FMA + F16C (head dimension a
-/// multiple of 8, up to [`MAX_HEADS`] heads per call).
+/// multiple of 8, up to [`crate::attention::MAX_HEADS`] heads per call).
 pub(crate) fn attend_row(args: crate::attention::RowArgs<'_>, out: &mut [f32]) {
+    attend_row_with([ATTEND_F32, ATTEND_F16], args, out)
+}
+
+/// [`attend_row`] built for AVX-512 VL (the same bits); reachable only
+/// after AVX-512 F/VL detection.
+pub(crate) fn attend_row_vl(args: crate::attention::RowArgs<'_>, out: &mut [f32]) {
+    attend_row_with([ATTEND_F32_VL, ATTEND_F16_VL], args, out)
+}
+
+fn attend_row_with(
+    [f32_kernels, f16_kernels]: [[AttendKernel; crate::attention::MAX_HEADS]; 2],
+    args: crate::attention::RowArgs<'_>,
+    out: &mut [f32],
+) {
     use crate::attention::{KvRows, MAX_HEADS};
     let crate::attention::RowArgs {
         q,
@@ -1532,25 +1567,11 @@ pub(crate) fn attend_row(args: crate::attention::RowArgs<'_>, out: &mut [f32]) {
     }
     // Every key row of the range must hold the head: `(end-1)·kv_row + off + hd ≤ len`.
     let fits = |len: usize| (keys.end - 1) * kv_row + off + hd <= len;
-    type Kernel = unsafe fn(
-        usize,
-        *const f32,
-        *const u8,
-        *const u8,
-        usize,
-        usize,
-        usize,
-        f32,
-        Option<f32>,
-        *mut f32,
-    );
-    let (kernel, kp, vp, esize): (Kernel, *const u8, *const u8, usize) = match (k, v) {
+    let (kernel, kp, vp, esize): (AttendKernel, *const u8, *const u8, usize) = match (k, v) {
         (KvRows::F32(k), KvRows::F32(v)) => {
             assert!(fits(k.len()) && fits(v.len()), "key rows {keys:?}");
-            let kernels: [Kernel; MAX_HEADS] =
-                [k_attend1_f32, k_attend2_f32, k_attend3_f32, k_attend4_f32];
             (
-                kernels[heads - 1],
+                f32_kernels[heads - 1],
                 k[off..].as_ptr().cast(),
                 v[off..].as_ptr().cast(),
                 4,
@@ -1558,10 +1579,8 @@ pub(crate) fn attend_row(args: crate::attention::RowArgs<'_>, out: &mut [f32]) {
         }
         (KvRows::F16(k), KvRows::F16(v)) => {
             assert!(fits(k.len()) && fits(v.len()), "key rows {keys:?}");
-            let kernels: [Kernel; MAX_HEADS] =
-                [k_attend1_f16, k_attend2_f16, k_attend3_f16, k_attend4_f16];
             (
-                kernels[heads - 1],
+                f16_kernels[heads - 1],
                 k[off..].as_ptr().cast(),
                 v[off..].as_ptr().cast(),
                 2,
@@ -1571,7 +1590,8 @@ pub(crate) fn attend_row(args: crate::attention::RowArgs<'_>, out: &mut [f32]) {
         _ => unreachable!("keys and values of different types"),
     };
     // SAFETY: the rows read lie inside `k` and `v` (checked above), `q` and `out`
-    // hold `heads · hd` values; reachable only after AVX2/FMA/F16C detection.
+    // hold `heads · hd` values; reachable only after the detection of the
+    // kernels' features (AVX2/FMA/F16C, and AVX-512 F/VL for the VL table).
     unsafe {
         kernel(
             hd,
