@@ -35,11 +35,14 @@ fn probe_bandwidth() -> f64 {
             .fold(0u64, |a, &b| a.wrapping_add(b))
     };
     rayon::broadcast(|c| black_box(sum(c.index()))); // fault the pages in
-    let t = Instant::now();
-    for _ in 0..2 {
-        rayon::broadcast(|c| black_box(sum(c.index())));
-    }
-    2.0 * (buf.len() * 8) as f64 / t.elapsed().as_secs_f64() / 1e9
+    // The best of five passes: the limit, not the noise of a shared host.
+    (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            rayon::broadcast(|c| black_box(sum(c.index())));
+            (buf.len() * 8) as f64 / t.elapsed().as_secs_f64() / 1e9
+        })
+        .fold(0.0, f64::max)
 }
 
 /// The int8 multiply-add peak in GOP/s (2 per multiply-add), all threads: a
