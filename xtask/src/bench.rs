@@ -12,7 +12,8 @@
 //!   decodes, the first one excluded as warm-up — see [`parse_decode_rate`];
 //!   one-shot: wall time of the process).
 //! * `generate` — pp512 and tg128 tokens/s (`lamina bench generate`,
-//!   `llama-bench -p 512 -n 128`).
+//!   `llama-bench -p 512 -n 128`); both engines' tg128 starts from an empty
+//!   cache, as llama-bench's `-n` test does.
 //! * `kernels` — `cargo bench -p lamina-kernels`, passed through.
 //! * `serve` — `lamina serve` under load from `--clients` concurrent clients
 //!   for `--secs` seconds (see [`crate::serve`]); not part of `all`.
@@ -1153,32 +1154,50 @@ fn generate(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
         }
         let tg = "128";
         eprintln!("bench generate: {name}: lamina");
-        let out = Command::new(&lamina)
-            .args(["bench", "generate", "--json", "--pp", "512", "--tg", tg])
-            .args(["-t", &t, "--runs", &reps, "-m"])
-            .arg(&model)
-            .stdin(Stdio::null())
-            .output()?;
-        let ours: std::result::Result<LaminaGenerate, String> = if out.status.success() {
-            parse_json_line(&out.stdout)
-                .and_then(|v| {
-                    if let Some(isa) = v["isa"].as_str() {
-                        report.isa = Some(isa.to_string());
-                    }
-                    parse_lamina_generate(&v)
-                })
-                .map_err(|e| format!("bad output: {e:#}"))
-        } else {
-            let err = String::from_utf8_lossy(&out.stderr);
-            if is_missing_subcommand(&err) {
-                Err("not available yet".into())
+        // As llama-bench measures them: pp512 on an empty cache, and tg128
+        // from an empty cache too (its `-n` test has no prompt; ours starts
+        // after one token), not after the 512-token prompt.
+        type Run = std::result::Result<(LaminaGenerate, Option<String>), String>;
+        let run_lamina = |pp: &str, n: &str| -> Run {
+            let out = Command::new(&lamina)
+                .args(["bench", "generate", "--json", "--pp", pp, "--tg", n])
+                .args(["-t", &t, "--runs", &reps, "-m"])
+                .arg(&model)
+                .stdin(Stdio::null())
+                .output()
+                .map_err(|e| format!("failed to run: {e}"))?;
+            if out.status.success() {
+                parse_json_line(&out.stdout)
+                    .and_then(|v| {
+                        Ok((
+                            parse_lamina_generate(&v)?,
+                            v["isa"].as_str().map(str::to_string),
+                        ))
+                    })
+                    .map_err(|e| format!("bad output: {e:#}"))
             } else {
-                Err(format!(
-                    "failed: {}",
-                    err.lines().find(|l| !l.trim().is_empty()).unwrap_or("?")
-                ))
+                let err = String::from_utf8_lossy(&out.stderr);
+                if is_missing_subcommand(&err) {
+                    Err("not available yet".into())
+                } else {
+                    Err(format!(
+                        "failed: {}",
+                        err.lines().find(|l| !l.trim().is_empty()).unwrap_or("?")
+                    ))
+                }
             }
         };
+        let ours = run_lamina("512", "0").and_then(|(pp, isa)| {
+            let (tg, _) = run_lamina("1", tg)?;
+            if let Some(isa) = isa {
+                report.isa = Some(isa);
+            }
+            Ok(LaminaGenerate {
+                tg_tokens_per_s: tg.tg_tokens_per_s,
+                tg_samples: tg.tg_samples,
+                ..pp
+            })
+        });
         if let Err(why) = &ours {
             eprintln!("  lamina: {why}");
         }
@@ -1233,7 +1252,7 @@ fn generate(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
                                                        "pp_samples": o.pp_samples, "tg_samples": o.tg_samples}))
                               .unwrap_or_else(|e| json!({"unavailable": e})),
                 "llama_cpp": tests.iter().map(|x| json!({"n_prompt": x.n_prompt, "n_gen": x.n_gen, "samples_ts": x.samples_ts, "samples_ns": x.samples_ns})).collect::<Vec<_>>(),
-                "lamina_command": format!("lamina bench generate --json --pp 512 --tg {tg} -t {t} --runs {reps} -m MODEL"),
+                "lamina_command": format!("lamina bench generate --json --pp 512 --tg 0 -t {t} --runs {reps} -m MODEL; lamina bench generate --json --pp 1 --tg {tg} -t {t} --runs {reps} -m MODEL"),
                 "llama_cpp_command": format!("llama-bench -m MODEL -p 512 -n {tg} -t {t} -r {reps} -o json"),
             }),
         );
