@@ -182,10 +182,12 @@ pub(super) unsafe fn q5_0_quants(x: *const u8) -> __m256i {
 /// `quants`, against `N` Q8_0 activation rows.
 ///
 /// Each block's integer sum is exact and is accumulated as
-/// `acc = fma(d_w·d_a, Σ, acc)` in block order: bit for bit what the 1×8 tile
-/// ([`legacy_tile`]) computes, so a token's result does not depend on where
-/// it sits in a batch (quantized activations turn any rounding difference into
-/// visibly different embeddings).
+/// `acc[i % 2] = fma(d_w·d_a, Σ, acc[i % 2])` in block order, then
+/// `acc[0] + acc[1]` (two chains, so a lone row is not bound by the FMA's
+/// latency): bit for bit what the tiles ([`legacy_tile`]) compute, so a
+/// token's result does not depend on where it sits in a batch (quantized
+/// activations turn any rounding difference into visibly different
+/// embeddings).
 #[inline(always)]
 unsafe fn legacy_q8_0<const N: usize>(
     nb: usize,
@@ -196,7 +198,7 @@ unsafe fn legacy_q8_0<const N: usize>(
 ) -> [f32; N] {
     // SAFETY: the wrappers checked `nb` whole blocks in every row; AVX2/FMA/F16C are enabled.
     unsafe {
-        let mut acc = [0.0f32; N];
+        let mut acc = [[0.0f32; 2]; N];
         let mut i = 0;
         // Eight blocks at a time share one horizontal reduction per row.
         while i + 8 <= nb {
@@ -217,8 +219,9 @@ unsafe fn legacy_q8_0<const N: usize>(
                 let mut sums = [0.0f32; 8];
                 _mm256_storeu_ps(sums.as_mut_ptr(), _mm256_cvtepi32_ps(hsum8_i32(&p[c])));
                 for b in 0..8 {
+                    // `i` is even: block `i + b` goes to chain `b % 2`.
                     let d = dx[b] * fp16(a[c].add((i + b) * 34));
-                    acc[c] = d.mul_add(sums[b], acc[c]);
+                    acc[c][b % 2] = d.mul_add(sums[b], acc[c][b % 2]);
                 }
             }
             i += 8;
@@ -232,10 +235,10 @@ unsafe fn legacy_q8_0<const N: usize>(
             for c in 0..N {
                 let y = a[c].add(i * 34);
                 let sum = hsum_i32(maddubs_i32(ax, signed_like(load(y.add(2)), qx))) as f32;
-                acc[c] = (dx * fp16(y)).mul_add(sum, acc[c]);
+                acc[c][i % 2] = (dx * fp16(y)).mul_add(sum, acc[c][i % 2]);
             }
         }
-        acc
+        acc.map(|[even, odd]| even + odd)
     }
 }
 
@@ -434,8 +437,9 @@ pub(super) unsafe fn fold_set(v: __m256i) -> __m128i {
 /// One legacy weight row (blocks of `wsize` bytes) against a packed group of
 /// `8·H` Q8_0 rows (see [`crate::pack`]), one row per lane: per block, the
 /// rows' exact integer sums side by side (`sums`, the ISA's part), then
-/// `acc = fma(d_w·d_a, Σ, acc)` per lane — the row kernels' arithmetic, so a
-/// token's result does not depend on its place in a batch. With `H = 2` the
+/// `acc = fma(d_w·d_a, Σ, acc)` per lane, even and odd blocks in two chains
+/// added at the end — the row kernels' arithmetic, so a token's result does
+/// not depend on its place in a batch. With `H = 2` the
 /// block's quants and scale are decoded once for sixteen rows.
 ///
 /// `quants` gives the block's quants as `sums` takes them: signed (with
@@ -456,7 +460,8 @@ pub(super) unsafe fn legacy_tile<const S: usize, const H: usize, const SHIFT: i3
         let gb = crate::pack::q8_0_group_block(8 * H);
         // Per block: 8·H rows' quants, then their f32 scales, then their quant sums.
         let (scales_at, qsums_at) = (256 * H, 288 * H);
-        let mut acc = [_mm256_setzero_ps(); H];
+        // Even and odd blocks in two chains, as the row kernels.
+        let mut acc = [[_mm256_setzero_ps(); 2]; H];
         for i in 0..nb {
             let (x, y) = (w.add(i * wsize), packed.add(i * gb));
             // The first group of a batch streams the weights from memory.
@@ -466,12 +471,12 @@ pub(super) unsafe fn legacy_tile<const S: usize, const H: usize, const SHIFT: i3
             let dx = fp16_x8(x);
             for h in 0..H {
                 let d = _mm256_mul_ps(dx, _mm256_loadu_ps(y.add(scales_at + 32 * h).cast()));
-                acc[h] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s[h]), acc[h]);
+                acc[h][i % 2] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s[h]), acc[h][i % 2]);
             }
         }
         let mut out = [[0.0f32; 8]; H];
         for h in 0..H {
-            _mm256_storeu_ps(out[h].as_mut_ptr(), acc[h]);
+            _mm256_storeu_ps(out[h].as_mut_ptr(), _mm256_add_ps(acc[h][0], acc[h][1]));
         }
         out
     }
@@ -490,7 +495,7 @@ pub(super) unsafe fn legacy_tile4<const SHIFT: i32>(
     // SAFETY: as for `legacy_tile`, with groups of 4 rows.
     unsafe {
         let gb = crate::pack::q8_0_group_block(4);
-        let mut acc = _mm_setzero_ps();
+        let mut acc = [_mm_setzero_ps(); 2];
         for i in 0..nb {
             let (x, y) = (w.add(i * wsize), packed.add(i * gb));
             let init = offset_init::<1, SHIFT>(y.add(4 * 36));
@@ -499,10 +504,10 @@ pub(super) unsafe fn legacy_tile4<const SHIFT: i32>(
                 _mm256_castps256_ps128(fp16_x8(x)),
                 _mm_loadu_ps(y.add(128).cast()),
             );
-            acc = _mm_fmadd_ps(d, _mm_cvtepi32_ps(s), acc);
+            acc[i % 2] = _mm_fmadd_ps(d, _mm_cvtepi32_ps(s), acc[i % 2]);
         }
         let mut out = [0.0f32; 4];
-        _mm_storeu_ps(out.as_mut_ptr(), acc);
+        _mm_storeu_ps(out.as_mut_ptr(), _mm_add_ps(acc[0], acc[1]));
         out
     }
 }
