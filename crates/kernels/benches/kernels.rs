@@ -13,6 +13,9 @@ use lamina_kernels::pool::Rayon;
 use lamina_kernels::{GgmlType, Isa, kernels};
 use std::time::Instant;
 
+/// `rows` rows of `ty`: one quantized row repeated, then every byte but the
+/// blocks' f16 scales scrambled, so no two rows (or pages) are alike — on
+/// these VMs identical rows streamed measurably faster than a real model's.
 fn weights(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
     let k = kernels(ty).unwrap();
     let x: Vec<f32> = (0..cols)
@@ -20,7 +23,25 @@ fn weights(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
         .collect();
     let mut row = vec![0u8; k.weight_row_bytes(cols)];
     lamina_quant::quantize_row(ty, &x, &mut row).unwrap();
-    row.repeat(rows)
+    let mut w = row.repeat(rows);
+    let scales = match ty {
+        GgmlType::Q8_0 | GgmlType::Q4_0 => 0..2,
+        GgmlType::Q4_K => 0..4,
+        GgmlType::Q6_K => 208..210,
+        _ => 0..ty.type_size(),
+    };
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    for block in w.chunks_exact_mut(ty.type_size()) {
+        for (i, b) in block.iter_mut().enumerate() {
+            if !scales.contains(&i) {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                *b = state as u8;
+            }
+        }
+    }
+    w
 }
 
 /// GB/s of a read-only sum over 1 GiB (far larger than any L3 here), every
