@@ -434,6 +434,34 @@ pub(super) unsafe fn fold_set(v: __m256i) -> __m128i {
     // SAFETY: AVX2 is enabled in every kernel calling this.
     unsafe { _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v)) }
 }
+/// One block of [`legacy_tile`]: weight block `x`, packed block group `y`,
+/// accumulated into `acc` (one vector of eight rows per half).
+#[inline(always)]
+unsafe fn legacy_step<const S: usize, const H: usize, const SHIFT: i32>(
+    x: *const u8,
+    wsize: usize,
+    y: *const u8,
+    quants: unsafe fn(*const u8) -> __m256i,
+    sets: SetSums<S>,
+    acc: &mut [__m256; H],
+) {
+    // SAFETY: `x` is a whole weight block and `y` a whole packed block group of
+    // 8·H rows (the tile's contract); the callers enable the ISA's features.
+    unsafe {
+        // Per block: 8·H rows' quants, then their f32 scales, then their quant sums.
+        let (scales_at, qsums_at) = (256 * H, 288 * H);
+        // The first group of a batch streams the weights from memory.
+        prefetch_block(x, wsize);
+        let init = offset_init::<S, SHIFT>(y.add(qsums_at));
+        let s: [__m256i; H] = fold_sets(sets(quants(x), y, init));
+        let dx = fp16_x8(x);
+        for h in 0..H {
+            let d = _mm256_mul_ps(dx, _mm256_loadu_ps(y.add(scales_at + 32 * h).cast()));
+            acc[h] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s[h]), acc[h]);
+        }
+    }
+}
+
 /// One legacy weight row (blocks of `wsize` bytes) against a packed group of
 /// `8·H` Q8_0 rows (see [`crate::pack`]), one row per lane: per block, the
 /// rows' exact integer sums side by side (`sums`, the ISA's part), then
@@ -458,27 +486,48 @@ pub(super) unsafe fn legacy_tile<const S: usize, const H: usize, const SHIFT: i3
     // the callers enable AVX2/FMA/F16C and whatever `sums` needs.
     unsafe {
         let gb = crate::pack::q8_0_group_block(8 * H);
-        // Per block: 8·H rows' quants, then their f32 scales, then their quant sums.
-        let (scales_at, qsums_at) = (256 * H, 288 * H);
-        // Even and odd blocks in two chains, as the row kernels.
-        let mut acc = [[_mm256_setzero_ps(); 2]; H];
-        for i in 0..nb {
-            let (x, y) = (w.add(i * wsize), packed.add(i * gb));
-            // The first group of a batch streams the weights from memory.
-            prefetch_block(x, wsize);
-            let init = offset_init::<S, SHIFT>(y.add(qsums_at));
-            let s: [__m256i; H] = fold_sets(sets(quants(x), y, init));
-            let dx = fp16_x8(x);
-            for h in 0..H {
-                let d = _mm256_mul_ps(dx, _mm256_loadu_ps(y.add(scales_at + 32 * h).cast()));
-                acc[h][i % 2] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s[h]), acc[h][i % 2]);
-            }
+        // Even and odd blocks in two chains, as the row kernels (named, so
+        // they stay in registers).
+        let (mut even, mut odd) = ([_mm256_setzero_ps(); H], [_mm256_setzero_ps(); H]);
+        let mut i = 0;
+        let block = |i: usize| (w.add(i * wsize), packed.add(i * gb));
+        while i + 2 <= nb {
+            let (x, y) = block(i);
+            legacy_step::<S, H, SHIFT>(x, wsize, y, quants, sets, &mut even);
+            let (x, y) = block(i + 1);
+            legacy_step::<S, H, SHIFT>(x, wsize, y, quants, sets, &mut odd);
+            i += 2;
+        }
+        if i < nb {
+            let (x, y) = block(i);
+            legacy_step::<S, H, SHIFT>(x, wsize, y, quants, sets, &mut even);
         }
         let mut out = [[0.0f32; 8]; H];
         for h in 0..H {
-            _mm256_storeu_ps(out[h].as_mut_ptr(), _mm256_add_ps(acc[h][0], acc[h][1]));
+            _mm256_storeu_ps(out[h].as_mut_ptr(), _mm256_add_ps(even[h], odd[h]));
         }
         out
+    }
+}
+
+/// One block of [`legacy_tile4`].
+#[inline(always)]
+unsafe fn legacy_step4<const SHIFT: i32>(
+    x: *const u8,
+    y: *const u8,
+    quants: unsafe fn(*const u8) -> __m256i,
+    sets: SetSums<1>,
+    acc: __m128,
+) -> __m128 {
+    // SAFETY: as for `legacy_step`, with a packed group of 4 rows.
+    unsafe {
+        let init = offset_init::<1, SHIFT>(y.add(4 * 36));
+        let s = fold_set(sets(quants(x), y, init)[0]);
+        let d = _mm_mul_ps(
+            _mm256_castps256_ps128(fp16_x8(x)),
+            _mm_loadu_ps(y.add(128).cast()),
+        );
+        _mm_fmadd_ps(d, _mm_cvtepi32_ps(s), acc)
     }
 }
 
@@ -495,19 +544,20 @@ pub(super) unsafe fn legacy_tile4<const SHIFT: i32>(
     // SAFETY: as for `legacy_tile`, with groups of 4 rows.
     unsafe {
         let gb = crate::pack::q8_0_group_block(4);
-        let mut acc = [_mm_setzero_ps(); 2];
-        for i in 0..nb {
-            let (x, y) = (w.add(i * wsize), packed.add(i * gb));
-            let init = offset_init::<1, SHIFT>(y.add(4 * 36));
-            let s = fold_set(sets(quants(x), y, init)[0]);
-            let d = _mm_mul_ps(
-                _mm256_castps256_ps128(fp16_x8(x)),
-                _mm_loadu_ps(y.add(128).cast()),
-            );
-            acc[i % 2] = _mm_fmadd_ps(d, _mm_cvtepi32_ps(s), acc[i % 2]);
+        // Even and odd blocks in two chains, as the row kernels.
+        let (mut even, mut odd) = (_mm_setzero_ps(), _mm_setzero_ps());
+        let mut i = 0;
+        while i + 2 <= nb {
+            even = legacy_step4::<SHIFT>(w.add(i * wsize), packed.add(i * gb), quants, sets, even);
+            let j = i + 1;
+            odd = legacy_step4::<SHIFT>(w.add(j * wsize), packed.add(j * gb), quants, sets, odd);
+            i += 2;
+        }
+        if i < nb {
+            even = legacy_step4::<SHIFT>(w.add(i * wsize), packed.add(i * gb), quants, sets, even);
         }
         let mut out = [0.0f32; 4];
-        _mm_storeu_ps(out.as_mut_ptr(), _mm_add_ps(acc[0], acc[1]));
+        _mm_storeu_ps(out.as_mut_ptr(), _mm_add_ps(even, odd));
         out
     }
 }
