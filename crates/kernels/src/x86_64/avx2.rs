@@ -322,7 +322,7 @@ pub(super) unsafe fn q5_0_unsigned(x: *const u8) -> __m256i {
 /// Dword `J` of each 128-bit half of `w` in all four of its dwords: weight
 /// dwords `J` and `J + 4` against a packed vector of [`crate::pack`].
 #[inline(always)]
-pub(super) unsafe fn dwords<const J: usize>(w: __m256i) -> __m256i {
+unsafe fn dwords<const J: usize>(w: __m256i) -> __m256i {
     // SAFETY: AVX2 is enabled in every kernel calling this.
     unsafe {
         match J {
@@ -331,6 +331,20 @@ pub(super) unsafe fn dwords<const J: usize>(w: __m256i) -> __m256i {
             2 => _mm256_shuffle_epi32::<0xAA>(w),
             _ => _mm256_shuffle_epi32::<0xFF>(w),
         }
+    }
+}
+
+/// [`dwords`] for `J` = 0..4: a block's four weight steps.
+#[inline(always)]
+pub(super) unsafe fn all_dwords(w: __m256i) -> [__m256i; 4] {
+    // SAFETY: AVX2 is enabled in every kernel calling this.
+    unsafe {
+        [
+            dwords::<0>(w),
+            dwords::<1>(w),
+            dwords::<2>(w),
+            dwords::<3>(w),
+        ]
     }
 }
 
@@ -389,18 +403,8 @@ unsafe fn signed_sets<const S: usize>(
     // SAFETY: `y` holds 4 × S packed vectors; AVX2 is enabled in the callers.
     unsafe {
         let qa = abs_u8(q);
-        let ws = [
-            dwords::<0>(q),
-            dwords::<1>(q),
-            dwords::<2>(q),
-            dwords::<3>(q),
-        ];
-        let wa = [
-            dwords::<0>(qa),
-            dwords::<1>(qa),
-            dwords::<2>(qa),
-            dwords::<3>(qa),
-        ];
+        let ws = all_dwords(q);
+        let wa = all_dwords(qa);
         let mut acc = init;
         for j in 0..4 {
             for (set, acc) in acc.iter_mut().enumerate() {
@@ -839,12 +843,7 @@ unsafe fn k_unit<const S: usize, const STEPS: usize>(
 ) {
     // SAFETY: `y` holds the unit's 4 × S packed vectors; AVX2 is enabled in the callers.
     unsafe {
-        let ws = [
-            dwords::<0>(q),
-            dwords::<1>(q),
-            dwords::<2>(q),
-            dwords::<3>(q),
-        ];
+        let ws = all_dwords(q);
         for (set, acc) in acc.iter_mut().enumerate() {
             let mut part = _mm256_setzero_si256();
             for (j, &w) in ws.iter().enumerate() {

@@ -8,7 +8,7 @@
 //! f16 scales are decoded in software.
 
 use super::avx2::{
-    dwords, hsum_i32, k_block_step, legacy_tile, legacy_tile4, prefetch_block, q4_0_unsigned,
+    all_dwords, hsum_i32, k_block_step, legacy_tile, legacy_tile4, prefetch_block, q4_0_unsigned,
     q4_k_tile, q5_0_unsigned, q6_k_tile, q8_0_unsigned,
 };
 use crate::GgmlType;
@@ -221,12 +221,7 @@ unsafe fn vnni_sets<const S: usize>(q: __m256i, y: *const u8, init: [__m256i; S]
     // SAFETY: `y` holds 4 × S packed vectors; AVX-512 VL + VNNI are enabled
     // in the callers.
     unsafe {
-        let ws = [
-            dwords::<0>(q),
-            dwords::<1>(q),
-            dwords::<2>(q),
-            dwords::<3>(q),
-        ];
+        let ws = all_dwords(q);
         let mut acc = init;
         for (j, w) in ws.into_iter().enumerate() {
             for (set, acc) in acc.iter_mut().enumerate() {
@@ -249,34 +244,41 @@ legacy_tile_fns! {
         k_q5_0_x16 => tile16_q5_0, k_q5_0_x8 => tile8_q5_0, k_q5_0_t4 => tile4_q5_0;
 }
 
-/// [`super::avx2::Q4KUnit`] with `vpdpbusd`: four steps give each lane 16
-/// products of a nibble and an i8, |Σ| ≤ 16·15·128 < 2^15, so the i32 lanes
-/// are i16 values and one `madd` by `(scale, 0)` scales them exactly.
+/// One K-quant unit's exact sums against `S` packed sets of four rows with
+/// `vpdpbusd` (each lane: 16 products of a quant and an i8), before scaling.
 #[inline(always)]
-unsafe fn q4_k_unit<const S: usize>(q: __m256i, y: *const u8, scale: i16, acc: &mut [__m256i; S]) {
+unsafe fn vnni_unit_sums<const S: usize>(q: __m256i, y: *const u8) -> [__m256i; S] {
     // SAFETY: `y` holds the unit's 4 × S packed vectors; AVX-512 VL + VNNI are
     // enabled in the callers.
     unsafe {
-        let ws = [
-            dwords::<0>(q),
-            dwords::<1>(q),
-            dwords::<2>(q),
-            dwords::<3>(q),
-        ];
-        let sc = _mm256_set1_epi32(scale as u16 as i32);
-        for (set, acc) in acc.iter_mut().enumerate() {
-            let mut part = _mm256_setzero_si256();
+        let ws = all_dwords(q);
+        let mut parts = [_mm256_setzero_si256(); S];
+        for (set, part) in parts.iter_mut().enumerate() {
             for (j, &w) in ws.iter().enumerate() {
                 let a = _mm256_loadu_si256(y.add(32 * (j * S + set)).cast());
-                part = _mm256_dpbusd_epi32(part, w, a);
+                *part = _mm256_dpbusd_epi32(*part, w, a);
             }
+        }
+        parts
+    }
+}
+
+/// [`super::avx2::Q4KUnit`] with `vpdpbusd`: |Σ| ≤ 16·15·128 < 2^15 per lane,
+/// so the i32 lanes are i16 values and one `madd` by `(scale, 0)` scales them
+/// exactly.
+#[inline(always)]
+unsafe fn q4_k_unit<const S: usize>(q: __m256i, y: *const u8, scale: i16, acc: &mut [__m256i; S]) {
+    // SAFETY: forwarded from the tile's contract; AVX-512 VL + VNNI are enabled.
+    unsafe {
+        let sc = _mm256_set1_epi32(scale as u16 as i32);
+        for (acc, part) in acc.iter_mut().zip(vnni_unit_sums::<S>(q, y)) {
             *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(part, sc));
         }
     }
 }
 
-/// [`super::avx2::Q6KUnit`] with `vpdpbusd`: 16 products of up to 63·128
-/// per lane overflow i16, so the scales go on with one `vpmulld` (exact: the
+/// [`super::avx2::Q6KUnit`] with `vpdpbusd`: 16 products of up to 63·128 per
+/// lane overflow i16, so the scales go on with one `vpmulld` (exact: the
 /// sums stay far inside i32).
 #[inline(always)]
 unsafe fn q6_k_unit<const S: usize>(
@@ -285,25 +287,13 @@ unsafe fn q6_k_unit<const S: usize>(
     scales: [i8; 2],
     acc: &mut [__m256i; S],
 ) {
-    // SAFETY: `y` holds the unit's 4 × S packed vectors; AVX-512 VL + VNNI are
-    // enabled in the callers.
+    // SAFETY: forwarded from the tile's contract; AVX-512 VL + VNNI are enabled.
     unsafe {
-        let ws = [
-            dwords::<0>(q),
-            dwords::<1>(q),
-            dwords::<2>(q),
-            dwords::<3>(q),
-        ];
         let sc = _mm256_set_m128i(
             _mm_set1_epi32(scales[1] as i32),
             _mm_set1_epi32(scales[0] as i32),
         );
-        for (set, acc) in acc.iter_mut().enumerate() {
-            let mut part = _mm256_setzero_si256();
-            for (j, &w) in ws.iter().enumerate() {
-                let a = _mm256_loadu_si256(y.add(32 * (j * S + set)).cast());
-                part = _mm256_dpbusd_epi32(part, w, a);
-            }
+        for (acc, part) in acc.iter_mut().zip(vnni_unit_sums::<S>(q, y)) {
             *acc = _mm256_add_epi32(*acc, _mm256_mullo_epi32(part, sc));
         }
     }
