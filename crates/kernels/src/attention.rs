@@ -235,11 +235,11 @@ pub fn attention_on(
                     let nh = (heads.end - h).min(MAX_HEADS);
                     let o_start = t * q_row + h * hd;
                     h += nh;
-                    // SAFETY: `o_start + nh·hd <= n_q * q_row == out.len()` (checked above),
+                    let len = nh * hd;
+                    // SAFETY: `o_start + len <= n_q * q_row == out.len()` (checked above),
                     // and the (t, head) pairs are visited by exactly one task, so these
                     // rows are not aliased.
-                    let oh =
-                        unsafe { std::slice::from_raw_parts_mut(out_ptr.0.add(o_start), nh * hd) };
+                    let oh = unsafe { std::slice::from_raw_parts_mut(out_ptr.0.add(o_start), len) };
                     let args = RowArgs {
                         q: &q[o_start..o_start + nh * hd],
                         head_dim: hd,
