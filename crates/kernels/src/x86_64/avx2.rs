@@ -913,9 +913,6 @@ pub(super) unsafe fn q6_k_unit<const S: usize>(
     }
 }
 
-/// [`k_pair_sums`] of one ISA.
-pub(super) type PairSums = unsafe fn([i32; 8], *const u8, usize) -> __m128i;
-
 /// Two i16 in one i32 lane: `lo` in the low half.
 #[inline(always)]
 fn i16_pair(lo: i32, hi: i32) -> i32 {
@@ -927,14 +924,13 @@ fn i16_pair(lo: i32, hi: i32) -> i32 {
 /// sums with scales and with mins, then [`k_block_step`] per lane — the row
 /// kernels' bits.
 ///
-/// `unit` and `pair_sums` are the ISA's integer parts: one 32-value unit's
-/// scaled sums, and the mins' products with the 16-value sums.
+/// `unit` is the ISA's integer part: one 32-value unit's scaled sums.
 #[inline(always)]
 pub(super) unsafe fn q4_k_tile<const S: usize>(
     nb: usize,
     w: *const u8,
     packed: *const u8,
-    (unit, pair_sums): (Q4KUnit<S>, PairSums),
+    unit: Q4KUnit<S>,
 ) -> [[f32; 4]; S] {
     // SAFETY: the wrappers checked `nb` weight blocks and `nb` packed super-block
     // groups of `4·S` rows; AVX2/FMA/F16C are enabled in the callers.
@@ -961,7 +957,7 @@ pub(super) unsafe fn q4_k_tile<const S: usize>(
             let (dx, dminx) = (fp16_x8(x), fp16_x8(x.add(2)));
             for set in 0..S {
                 let s = fold_set(sums[set]);
-                let m = pair_sums(pairs, y.add(260 * 4 * S), set);
+                let m = k_pair_sums::<S>(pairs, y.add(260 * 4 * S), set);
                 let dy = _mm_loadu_ps(y.add(256 * 4 * S + 16 * set).cast());
                 let d = _mm_mul_ps(_mm256_castps256_ps128(dx), dy);
                 let dm = _mm_mul_ps(_mm256_castps256_ps128(dminx), dy);
@@ -985,7 +981,7 @@ pub(super) unsafe fn q6_k_tile<const S: usize>(
     nb: usize,
     w: *const u8,
     packed: *const u8,
-    (unit, pair_sums): (Q6KUnit<S>, PairSums),
+    unit: Q6KUnit<S>,
 ) -> [[f32; 4]; S] {
     // SAFETY: as for `q4_k_tile`, with 210-byte weight blocks.
     unsafe {
@@ -1012,7 +1008,7 @@ pub(super) unsafe fn q6_k_tile<const S: usize>(
                 std::array::from_fn(|p| i16_pair(sc[2 * p] as i32, sc[2 * p + 1] as i32));
             let dx = fp16_x8(x.add(208));
             for set in 0..S {
-                let off = pair_sums(pairs, y.add(260 * 4 * S), set);
+                let off = k_pair_sums::<S>(pairs, y.add(260 * 4 * S), set);
                 let s = _mm_sub_epi32(fold_set(sums[set]), _mm_slli_epi32::<5>(off));
                 let dy = _mm_loadu_ps(y.add(256 * 4 * S + 16 * set).cast());
                 let d = _mm_mul_ps(_mm256_castps256_ps128(dx), dy);
@@ -1029,8 +1025,8 @@ pub(super) unsafe fn q6_k_tile<const S: usize>(
 
 k_tiles! {
     "avx2,fma,f16c";
-    Q4_K: q4_k_tile(q4_k_unit, k_pair_sums), k_q4_k_x16 => tile16_q4_k, k_q4_k_x8 => tile8_q4_k, k_q4_k_t4 => tile4_q4_k;
-    Q6_K: q6_k_tile(q6_k_unit, k_pair_sums), k_q6_k_x16 => tile16_q6_k, k_q6_k_x8 => tile8_q6_k, k_q6_k_t4 => tile4_q6_k;
+    Q4_K: q4_k_tile(q4_k_unit), k_q4_k_x16 => tile16_q4_k, k_q4_k_x8 => tile8_q4_k, k_q4_k_t4 => tile4_q4_k;
+    Q6_K: q6_k_tile(q6_k_unit), k_q6_k_x16 => tile16_q6_k, k_q6_k_x8 => tile8_q6_k, k_q6_k_t4 => tile4_q6_k;
 }
 
 k_wrappers! {

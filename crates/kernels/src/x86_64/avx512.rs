@@ -299,24 +299,8 @@ unsafe fn q6_k_unit<const S: usize>(
     }
 }
 
-/// [`super::avx2::k_pair_sums`] with `vpdpwssd` (each `madd` and its add
-/// in one instruction; the same exact sums).
-#[inline(always)]
-unsafe fn k_pair_sums<const S: usize>(pairs: [i32; 8], y: *const u8, set: usize) -> __m128i {
-    // SAFETY: `y` points at the group's 8 × 4S pairs; AVX-512 VL + VNNI are
-    // enabled in the callers.
-    unsafe {
-        let mut m = _mm_setzero_si128();
-        for (p, &f) in pairs.iter().enumerate() {
-            let v = _mm_loadu_si128(y.add((p * 4 * S + 4 * set) * 4).cast());
-            m = _mm_dpwssd_epi32(m, _mm_set1_epi32(f), v);
-        }
-        m
-    }
-}
-
 k_tiles! {
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni";
-    Q4_K: q4_k_tile(q4_k_unit, k_pair_sums), k_q4_k_x16 => tile16_q4_k, k_q4_k_x8 => tile8_q4_k, k_q4_k_t4 => tile4_q4_k;
-    Q6_K: q6_k_tile(q6_k_unit, k_pair_sums), k_q6_k_x16 => tile16_q6_k, k_q6_k_x8 => tile8_q6_k, k_q6_k_t4 => tile4_q6_k;
+    Q4_K: q4_k_tile(q4_k_unit), k_q4_k_x16 => tile16_q4_k, k_q4_k_x8 => tile8_q4_k, k_q4_k_t4 => tile4_q4_k;
+    Q6_K: q6_k_tile(q6_k_unit), k_q6_k_x16 => tile16_q6_k, k_q6_k_x8 => tile8_q6_k, k_q6_k_t4 => tile4_q6_k;
 }

@@ -62,23 +62,23 @@ macro_rules! legacy_tile_fns {
 /// wrappers the tables hold.
 macro_rules! k_tiles {
     ($feat:literal;
-     $($ty:ident: $body:ident($unit:ident, $pairs:ident), $k16:ident => $f16:ident, $k8:ident => $f8:ident, $k4:ident => $f4:ident;)*) => {$(
+     $($ty:ident: $body:ident $(($unit:ident))?, $k16:ident => $f16:ident, $k8:ident => $f8:ident, $k4:ident => $f4:ident;)*) => {$(
         #[target_feature(enable = $feat)]
         unsafe fn $k16(nb: usize, w: *const u8, packed: *const u8) -> [f32; 16] {
             // SAFETY: forwarded from the wrapper's checks.
-            let sets = unsafe { $body::<4>(nb, w, packed, ($unit::<4>, $pairs::<4>)) };
+            let sets = unsafe { $body::<4>(nb, w, packed $(, $unit::<4>)?) };
             std::array::from_fn(|c| sets[c / 4][c % 4])
         }
         #[target_feature(enable = $feat)]
         unsafe fn $k8(nb: usize, w: *const u8, packed: *const u8) -> [f32; 8] {
             // SAFETY: forwarded from the wrapper's checks.
-            let [a, b] = unsafe { $body::<2>(nb, w, packed, ($unit::<2>, $pairs::<2>)) };
+            let [a, b] = unsafe { $body::<2>(nb, w, packed $(, $unit::<2>)?) };
             [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
         }
         #[target_feature(enable = $feat)]
         unsafe fn $k4(nb: usize, w: *const u8, packed: *const u8) -> [f32; 4] {
             // SAFETY: forwarded from the wrapper's checks.
-            unsafe { $body::<1>(nb, w, packed, ($unit::<1>, $pairs::<1>))[0] }
+            unsafe { $body::<1>(nb, w, packed $(, $unit::<1>)?)[0] }
         }
         pub(crate) fn $f16(n: usize, w: &[u8], packed: &[u8]) -> [f32; 16] {
             let nb = row_blocks(GgmlType::$ty, n, w);
