@@ -201,10 +201,12 @@ pub fn matmul_many<const N: usize>(
                 for r in r0..r1 {
                     let wr = &w[r * wrow..(r + 1) * wrow];
                     let mut v = [0.0f32; 2 * TILE];
+                    // The plan makes 16-wide groups only where the 1×16 tile exists.
                     match (g.width, tiles.x16) {
                         (16, Some(x16)) => v = x16(cols, wr, group),
                         (8, _) => v[..TILE].copy_from_slice(&(tiles.x8)(cols, wr, group)),
-                        _ => v[..TILE / 2].copy_from_slice(&(tiles.x4)(cols, wr, group)),
+                        (4, _) => v[..TILE / 2].copy_from_slice(&(tiles.x4)(cols, wr, group)),
+                        (width, _) => unreachable!("no tile for groups of {width}"),
                     }
                     for (c, &v) in v[..g.tokens.len()].iter().enumerate() {
                         store(g.tokens.start + c, r, v);

@@ -948,7 +948,6 @@ pub(super) unsafe fn q4_k_tile<const S: usize>(
                 let q = load(x.add(16 + 32 * j));
                 let lo = _mm256_and_si256(q, m4);
                 let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
-                // Nibbles ≤ 15: four steps stay within i16 (4·2·15·127).
                 for (u, q) in [(2 * j, lo), (2 * j + 1, hi)] {
                     unit(q, y.add(u * 128 * S), scales[u] as i16, &mut sums);
                 }
