@@ -6,7 +6,8 @@
 //! * [`scalar`]: the naive reference of every kernel; every SIMD kernel is tested against it.
 //! * `x86_64::{avx2, avx512}`, `aarch64::neon`: the `#[target_feature]` kernels,
 //!   reachable only through [`table`] after detection.
-//! * [`matmul`]: `y[t][r] = W[r]·x[t]` over a thread pool, with 1×4 tiles for batches.
+//! * [`matmul`]: `y[t][r] = W[r]·x[t]` over a thread pool, with tiles
+//!   ([`pack`]) or weight panels ([`panel`]) for batches.
 //! * [`ops`]: float ops (RMSNorm, softmax, GELU, SiLU, RoPE, …).
 //! * [`attention`]: online-softmax attention over contiguous key ranges.
 //!
@@ -25,6 +26,7 @@ pub mod isa;
 pub mod matmul;
 pub mod ops;
 pub mod pack;
+pub mod panel;
 pub mod pool;
 pub mod scalar;
 pub mod spin;

@@ -8,18 +8,29 @@
 //! 1×16/1×8/1×4 tiles, which unpack a weight block once for all their columns; otherwise groups
 //! of 4 through [`TypeKernels::vec_dot_x4`]. The rest (and `T = 1`, the
 //! memory-bound decode case) stream rows through [`TypeKernels::vec_dot`].
+//! Batches of [`PANEL_MIN_TOKENS`] or more take the weight panels where the
+//! ISA has them ([`TypeKernels::panel`]): each task unpacks its rows sixteen
+//! at a time, once per call, and multiplies them against every token.
 //! Once the scratch is large enough, a call allocates nothing.
 
 use crate::pack::{self, TILE};
+use crate::panel::{PANEL_ROWS, PANEL_TOKENS, PanelFns};
 use crate::pool::ThreadPool;
 use crate::{KernelError, TypeKernels};
+
+/// Batches of at least this many tokens take the weight panels, where the
+/// ISA has them: below it, unpacking a panel costs more than the tiles'
+/// shuffles it saves.
+pub const PANEL_MIN_TOKENS: usize = 32;
 
 /// Reusable buffer for the quantized activations of one call.
 #[derive(Debug, Default)]
 pub struct Scratch {
     buf: Vec<u8>,
-    /// Activations packed for the 1×8 tiles (Q8_0 weights).
+    /// Activations packed for the tiles, or prepared for the panels.
     packed: Vec<u8>,
+    /// Each panel task's unpacked weight rows.
+    panels: Vec<u8>,
 }
 
 impl Scratch {
@@ -111,6 +122,10 @@ pub fn matmul_many<const N: usize>(
         for (wm, y) in wms.into_iter().zip(ys) {
             matmul_many([wm], x, tokens, [y], scratch, pool)?;
         }
+        return Ok(());
+    }
+    if let Some(panel) = k.panel.filter(|_| tokens >= PANEL_MIN_TOKENS) {
+        panel_matmul(panel, wms, x, tokens, ys, scratch, pool);
         return Ok(());
     }
     let arow = k.activation_row_bytes(cols);
@@ -232,6 +247,133 @@ pub fn matmul_many<const N: usize>(
         }
     });
     Ok(())
+}
+
+/// Grows (never shrinks) `buf` to `len` bytes.
+fn grow(buf: &mut Vec<u8>, len: usize) {
+    if buf.len() < len {
+        buf.resize(len, 0);
+    }
+}
+
+/// [`matmul_many`] through weight panels (shapes checked, one weight type):
+/// the activations quantized and prepared 8 tokens per task (padded with
+/// zero rows to a multiple of 4), then tasks of whole panels, each
+/// unpacking its panels into its own part of the scratch.
+fn panel_matmul<const N: usize>(
+    p: PanelFns,
+    wms: [&Weights<'_>; N],
+    x: &[f32],
+    tokens: usize,
+    ys: [&mut [f32]; N],
+    scratch: &mut Scratch,
+    pool: &dyn ThreadPool,
+) {
+    let k = wms[0].kernels;
+    let cols = wms[0].cols;
+    let (arow, prow, wrow) = (
+        k.activation_row_bytes(cols),
+        p.act_row_bytes(cols),
+        k.weight_row_bytes(cols),
+    );
+    let padded = tokens.next_multiple_of(PANEL_TOKENS / 2);
+    scratch.reserve(k, cols, tokens);
+    grow(&mut scratch.packed, padded * prow);
+    scratch.packed[tokens * prow..padded * prow].fill(0);
+    let acts_ptr = Out(scratch.buf.as_mut_ptr());
+    let prep_ptr = Out(scratch.packed.as_mut_ptr());
+    let (acts_ptr, prep_ptr) = (&acts_ptr, &prep_ptr);
+    let prepare = |u: usize| {
+        let (t0, t1) = (u * TILE, ((u + 1) * TILE).min(tokens));
+        // SAFETY: `scratch.buf` holds `tokens` rows of `arow` bytes and
+        // `scratch.packed` `padded` rows of `prow` (grown above); unit `u` alone
+        // touches rows `t0..t1` of each, and nothing else borrows them meanwhile.
+        let (rows, prepared) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(acts_ptr.0.add(t0 * arow), (t1 - t0) * arow),
+                std::slice::from_raw_parts_mut(prep_ptr.0.add(t0 * prow), (t1 - t0) * prow),
+            )
+        };
+        for ((xt, at), pt) in x[t0 * cols..t1 * cols]
+            .chunks_exact(cols)
+            .zip(rows.chunks_exact_mut(arow))
+            .zip(prepared.chunks_exact_mut(prow))
+        {
+            (k.quantize_activation)(xt, at);
+            (p.prepare)(cols, at, pt);
+        }
+    };
+    let units = tokens.div_ceil(TILE);
+    if units >= 2 * pool.threads() {
+        pool.run(units, &prepare);
+    } else {
+        (0..units).for_each(prepare);
+    }
+    let prepared = &scratch.packed[..padded * prow];
+    // Tasks of whole panels over all matrices; task ids run through matrix
+    // 0's chunks, then 1's, …; each task unpacks into its own panel buffer.
+    let total_rows: usize = wms.iter().map(|w| w.rows).sum();
+    let chunk = total_rows
+        .div_ceil(pool.threads().max(1) * 4)
+        .next_multiple_of(PANEL_ROWS);
+    let tasks_of: [usize; N] = std::array::from_fn(|m| wms[m].rows.div_ceil(chunk));
+    let n_tasks: usize = tasks_of.iter().sum();
+    let pbytes = p.panel_bytes(cols);
+    grow(&mut scratch.panels, n_tasks * pbytes);
+    let panels_ptr = Out(scratch.panels.as_mut_ptr());
+    let panels_ptr = &panels_ptr;
+    let mut ys = ys;
+    let outs: [Out<f32>; N] = std::array::from_fn(|m| Out(ys[m].as_mut_ptr()));
+    let outs = &outs;
+    pool.run(n_tasks, &|task| {
+        let (mut m, mut t0) = (0, task);
+        while t0 >= tasks_of[m] {
+            t0 -= tasks_of[m];
+            m += 1;
+        }
+        let (w, rows) = (wms[m].data, wms[m].rows);
+        let r0 = t0 * chunk;
+        let r1 = (r0 + chunk).min(rows);
+        let at = panels_ptr.0.wrapping_add(task * pbytes);
+        // SAFETY: `scratch.panels` holds `n_tasks` buffers of `pbytes` (grown
+        // above); task `task` alone uses buffer `task`, which starts at `at`.
+        let panel = unsafe { std::slice::from_raw_parts_mut(at, pbytes) };
+        let mut out = [0.0f32; PANEL_ROWS * PANEL_TOKENS];
+        for r in (r0..r1).step_by(PANEL_ROWS) {
+            let re = (r + PANEL_ROWS).min(r1);
+            (p.unpack)(cols, &w[r * wrow..re * wrow], panel);
+            let mut t = 0;
+            while t < padded {
+                let (n, f) = if t + PANEL_TOKENS <= padded {
+                    (PANEL_TOKENS, p.wide)
+                } else {
+                    (PANEL_TOKENS / 2, p.narrow)
+                };
+                f(
+                    cols,
+                    panel,
+                    &prepared[t * prow..(t + n) * prow],
+                    &mut out[..PANEL_ROWS * n],
+                );
+                for c in 0..n.min(tokens - t) {
+                    let v = &out[PANEL_ROWS * c..PANEL_ROWS * c + (re - r)];
+                    // SAFETY: token `t + c < tokens` and rows `r..re` inside `r0..r1`,
+                    // so the run lies in `ys[m]` (`tokens * rows` values, checked by
+                    // `check_shapes`); each task owns its rows of one matrix for every
+                    // token, so no two tasks write the same element, and `ys` was a
+                    // set of distinct `&mut` slices.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            v.as_ptr(),
+                            outs[m].0.add((t + c) * rows + r),
+                            v.len(),
+                        )
+                    }
+                }
+                t += n;
+            }
+        }
+    });
 }
 
 /// How a call's tokens are grouped for the tiles: groups of 16 where the

@@ -54,6 +54,9 @@ pub struct TypeKernels {
     /// 1×16, 1×8 and 1×4 tiles over packed activations; `None` where the ISA has
     /// none (always SIMD: the scalar twin is [`TypeKernels::vec_dot`] per column).
     pub tiles: Option<TileFns>,
+    /// Weight panels for large batches ([`crate::panel`]); `None` where the
+    /// ISA has none (the tiles or rows then take every batch).
+    pub panel: Option<crate::panel::PanelFns>,
 }
 
 /// Which kernels of an entry are not the scalar reference.
@@ -90,6 +93,7 @@ macro_rules! scalar_entry {
             vec_dot: scalar::$dot,
             vec_dot_x4: $x4,
             tiles: None,
+            panel: None,
         }
     };
 }

@@ -211,6 +211,7 @@ pub fn check_case(k: &TypeKernels, seed: u64, nblocks: usize, style: u64) {
         .collect();
     let row = check_rows(k, r, n, &w, &cols, seed);
     check_tiles(k, n, &w, &cols, &row, seed, false);
+    check_panel(k, n, &w, &cols, seed, style % 5);
 }
 
 /// Whether the tests of `isa` run here. Under Miri (with the AVX-512 target
@@ -398,4 +399,57 @@ pub fn check_dot_only(k: &TypeKernels, seed: u64, nblocks: usize, style: u64) {
     let row = check_rows(k, r, n, &w, &cols, seed);
     // The SIMD tiles and x4 kernels keep their row kernel's arithmetic exactly.
     check_tiles(k, n, &w, &cols, &row, seed, true);
+    check_panel(k, n, &w, &cols, seed, style % 5);
+}
+
+/// The weight panels of `k` (where it has them) against its row kernel, bit
+/// for bit: a full panel of `w` and 15 more random rows (of weight style
+/// `style`), then a partial one of 5 rows, whose missing rows must come out
+/// 0 (under Miri, only the partial one); all eight activation rows `cols`
+/// through the wide kernel, the last four through the narrow one.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+fn check_panel(k: &TypeKernels, n: usize, w: &[u8], cols: &[Vec<u8>], seed: u64, style: u64) {
+    let Some(p) = k.panel else {
+        return;
+    };
+    let ty = k.weight;
+    let mut rng = Rng(seed ^ 0x9E37_79B9);
+    let prow = p.act_row_bytes(n);
+    let prepared: Vec<u8> = cols
+        .iter()
+        .flat_map(|a| {
+            let mut out = vec![0xAAu8; prow];
+            (p.prepare)(n, a, &mut out);
+            out
+        })
+        .collect();
+    // Under Miri (about 1000× slower) the partial panel only.
+    let sizes: &[usize] = if cfg!(miri) { &[5] } else { &[16, 5] };
+    for &given in sizes {
+        let rows: Vec<Vec<u8>> = std::iter::once(w.to_vec())
+            .chain((1..given).map(|_| weight_row(&mut rng, ty, n, style)))
+            .collect();
+        let mut panel = vec![0xAAu8; p.panel_bytes(n)];
+        (p.unpack)(n, &rows.concat(), &mut panel);
+        let mut wide = vec![f32::NAN; 16 * 8];
+        (p.wide)(n, &panel, &prepared, &mut wide);
+        let mut narrow = vec![f32::NAN; 16 * 4];
+        (p.narrow)(n, &panel, &prepared[4 * prow..], &mut narrow);
+        for (t, a) in cols.iter().enumerate() {
+            for r in 0..16 {
+                let want = rows.get(r).map_or(0.0, |wr| (k.vec_dot)(n, wr, a));
+                let mut got = vec![wide[16 * t + r]];
+                if t >= 4 {
+                    got.push(narrow[16 * (t - 4) + r]);
+                }
+                for got in got {
+                    assert!(
+                        got.to_bits() == want.to_bits(),
+                        "{} {ty}: panel of {given} rows, row {r} token {t}: {got} vs row kernel {want} (seed {seed})",
+                        k.isa
+                    );
+                }
+            }
+        }
+    }
 }

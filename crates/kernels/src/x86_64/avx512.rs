@@ -304,3 +304,260 @@ k_tiles! {
     Q4_K: q4_k_tile(q4_k_unit), k_q4_k_x16 => tile16_q4_k, k_q4_k_x8 => tile8_q4_k, k_q4_k_t4 => tile4_q4_k;
     Q6_K: q6_k_tile(q6_k_unit), k_q6_k_x16 => tile16_q6_k, k_q6_k_x8 => tile8_q6_k, k_q6_k_t4 => tile4_q6_k;
 }
+
+// ------------------------------------------------------------------ panels
+//
+// The kernels of [`crate::panel`]: sixteen weight rows, one per i32 lane,
+// against `T` prepared activation rows; per multiply-add one broadcast of
+// four activation bytes (a load, folded into `vpdpbusd`) and no shuffle.
+
+#[inline(always)]
+unsafe fn bcast(p: *const u8) -> __m512i {
+    // SAFETY: the caller passes four readable bytes.
+    unsafe { _mm512_set1_epi32(p.cast::<i32>().read_unaligned()) }
+}
+
+#[inline(always)]
+unsafe fn load512(p: *const u8) -> __m512i {
+    // SAFETY: the caller passes 64 readable bytes; unaligned load.
+    unsafe { _mm512_loadu_si512(p.cast()) }
+}
+
+/// One 32-value block of a legacy panel (`wb`) against `T` prepared rows'
+/// blocks (`ys`): the exact sums `Σ(w + o)·a − o·Σa`, then the row kernel's
+/// `acc = fma(d_w·d_a, Σ, acc)` per lane.
+#[inline(always)]
+unsafe fn legacy_panel_step<const T: usize>(
+    wb: *const u8,
+    ys: [*const u8; T],
+    acc: &mut [__m512; T],
+) {
+    // SAFETY: a whole panel block and `T` whole prepared blocks (the kernel's
+    // contract); AVX-512 F/BW + VNNI are enabled in the callers.
+    unsafe {
+        let w: [__m512i; 8] = std::array::from_fn(|k| load512(wb.add(64 * k)));
+        let dw = _mm512_loadu_ps(wb.add(512).cast());
+        for t in 0..T {
+            let y = ys[t];
+            // Two chains, so eight tokens keep both `vpdpbusd` ports busy.
+            let mut a0 = bcast(y.add(36));
+            let mut a1 = _mm512_setzero_si512();
+            for k in (0..8).step_by(2) {
+                a0 = _mm512_dpbusd_epi32(a0, w[k], bcast(y.add(4 * k)));
+                a1 = _mm512_dpbusd_epi32(a1, w[k + 1], bcast(y.add(4 * k + 4)));
+            }
+            let d = _mm512_mul_ps(dw, _mm512_set1_ps(f32_at(y.add(32))));
+            acc[t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_add_epi32(a0, a1)), acc[t]);
+        }
+    }
+}
+
+/// A legacy panel of `nb` blocks against `T` prepared rows `arow` bytes
+/// apart: even and odd blocks in two chains, added at the end (the row
+/// kernels' order).
+#[inline(always)]
+unsafe fn legacy_panel<const T: usize>(
+    nb: usize,
+    panel: *const u8,
+    acts: *const u8,
+    arow: usize,
+    out: *mut f32,
+) {
+    // SAFETY: `nb` panel blocks, `T` prepared rows of `nb` blocks and `16·T`
+    // floats of output (the wrapper's checks); features enabled in the callers.
+    unsafe {
+        use crate::panel::{LEGACY_ACT, LEGACY_BLOCK};
+        let (mut even, mut odd) = ([_mm512_setzero_ps(); T], [_mm512_setzero_ps(); T]);
+        let ys = |i: usize| std::array::from_fn(|t| acts.add(t * arow + i * LEGACY_ACT));
+        let mut i = 0;
+        while i + 2 <= nb {
+            legacy_panel_step::<T>(panel.add(i * LEGACY_BLOCK), ys(i), &mut even);
+            legacy_panel_step::<T>(panel.add((i + 1) * LEGACY_BLOCK), ys(i + 1), &mut odd);
+            i += 2;
+        }
+        if i < nb {
+            legacy_panel_step::<T>(panel.add(i * LEGACY_BLOCK), ys(i), &mut even);
+        }
+        for t in 0..T {
+            _mm512_storeu_ps(out.add(16 * t), _mm512_add_ps(even[t], odd[t]));
+        }
+    }
+}
+
+/// A Q4_K panel against `T` prepared rows: per super-block the exact
+/// `Σ_s scale_s · Σ q·a` per lane, then `acc = fma(d_w·d_a, Σ, acc)`; the
+/// mins' chain `accm = fma(dmin_w·d_a, Σ_s min_s · Σa_s, accm)` runs in a
+/// second pass (independent of the first, so the same bits as the row
+/// kernel's interleaved steps, with fewer live registers); the result is
+/// `acc − accm`.
+#[inline(always)]
+unsafe fn q4_k_panel<const T: usize>(
+    nb: usize,
+    panel: *const u8,
+    acts: *const u8,
+    arow: usize,
+    out: *mut f32,
+) {
+    // SAFETY: as for [`legacy_panel`], with Q4_K panel and prepared blocks.
+    unsafe {
+        use crate::panel::{Q4_K_ACT, Q4_K_BLOCK};
+        let ys = |i: usize| -> [*const u8; T] {
+            std::array::from_fn(|t| acts.add(t * arow + i * Q4_K_ACT))
+        };
+        let mut acc = [_mm512_setzero_ps(); T];
+        for i in 0..nb {
+            let p = panel.add(i * Q4_K_BLOCK);
+            let ys = ys(i);
+            let mut s = [_mm512_setzero_si512(); T];
+            for sb in 0..8 {
+                let w: [__m512i; 8] = std::array::from_fn(|k| load512(p.add(512 * sb + 64 * k)));
+                let sc = load512(p.add(4096 + 64 * sb));
+                for t in 0..T {
+                    let y = ys[t].add(4 + 32 * sb);
+                    let mut a0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], bcast(y));
+                    let mut a1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], bcast(y.add(4)));
+                    for k in 1..4 {
+                        a0 = _mm512_dpbusd_epi32(a0, w[2 * k], bcast(y.add(8 * k)));
+                        a1 = _mm512_dpbusd_epi32(a1, w[2 * k + 1], bcast(y.add(8 * k + 4)));
+                    }
+                    s[t] = _mm512_add_epi32(s[t], _mm512_mullo_epi32(_mm512_add_epi32(a0, a1), sc));
+                }
+            }
+            let dw = _mm512_loadu_ps(p.add(4864).cast());
+            for t in 0..T {
+                let d = _mm512_mul_ps(dw, _mm512_set1_ps(f32_at(ys[t])));
+                acc[t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s[t]), acc[t]);
+            }
+        }
+        let mut accm = [_mm512_setzero_ps(); T];
+        for i in 0..nb {
+            let p = panel.add(i * Q4_K_BLOCK);
+            let ys = ys(i);
+            let mins: [__m512i; 4] = std::array::from_fn(|q| load512(p.add(4608 + 64 * q)));
+            let dmw = _mm512_loadu_ps(p.add(4928).cast());
+            for t in 0..T {
+                let y = ys[t];
+                let mut m = _mm512_madd_epi16(mins[0], bcast(y.add(260)));
+                for (q, &mins) in mins.iter().enumerate().skip(1) {
+                    m = _mm512_add_epi32(m, _mm512_madd_epi16(mins, bcast(y.add(260 + 4 * q))));
+                }
+                let dm = _mm512_mul_ps(dmw, _mm512_set1_ps(f32_at(y)));
+                accm[t] = _mm512_fmadd_ps(dm, _mm512_cvtepi32_ps(m), accm[t]);
+            }
+        }
+        for t in 0..T {
+            _mm512_storeu_ps(out.add(16 * t), _mm512_sub_ps(acc[t], accm[t]));
+        }
+    }
+}
+
+/// A Q6_K panel against `T` prepared rows: signed quants `q − 32` against
+/// activations `a + 128`; per super-block the sum starts from the rows'
+/// `Σ_s scale_s · (−128·Σ(q − 32))`, so it ends as the row kernel's exact
+/// `Σ_s scale_s · Σ (q − 32)·a`; then `acc = fma(d_w·d_a, Σ, acc)`.
+#[inline(always)]
+unsafe fn q6_k_panel<const T: usize>(
+    nb: usize,
+    panel: *const u8,
+    acts: *const u8,
+    arow: usize,
+    out: *mut f32,
+) {
+    // SAFETY: as for [`legacy_panel`], with Q6_K panel and prepared blocks.
+    unsafe {
+        use crate::panel::{Q6_K_ACT, Q6_K_BLOCK};
+        let mut acc = [_mm512_setzero_ps(); T];
+        for i in 0..nb {
+            let p = panel.add(i * Q6_K_BLOCK);
+            let ys: [*const u8; T] = std::array::from_fn(|t| acts.add(t * arow + i * Q6_K_ACT));
+            let mut s = [load512(p.add(5120)); T];
+            for sb in 0..16 {
+                let w: [__m512i; 4] = std::array::from_fn(|k| load512(p.add(256 * sb + 64 * k)));
+                let sc = load512(p.add(4096 + 64 * sb));
+                for t in 0..T {
+                    let y = ys[t].add(4 + 16 * sb);
+                    let mut a = _mm512_setzero_si512();
+                    for (k, &w) in w.iter().enumerate() {
+                        a = _mm512_dpbusd_epi32(a, bcast(y.add(4 * k)), w);
+                    }
+                    s[t] = _mm512_add_epi32(s[t], _mm512_mullo_epi32(a, sc));
+                }
+            }
+            let dw = _mm512_loadu_ps(p.add(5184).cast());
+            for t in 0..T {
+                let d = _mm512_mul_ps(dw, _mm512_set1_ps(f32_at(ys[t])));
+                acc[t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s[t]), acc[t]);
+            }
+        }
+        for (t, &acc) in acc.iter().enumerate() {
+            _mm512_storeu_ps(out.add(16 * t), acc);
+        }
+    }
+}
+
+macro_rules! panel_fns {
+    ($($ty:literal, $values:literal: $body:ident, $block:expr, $act:expr,
+       $kw:ident => $wide:ident, $kn:ident => $narrow:ident;)*) => {$(
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        unsafe fn $kw(nb: usize, panel: *const u8, acts: *const u8, arow: usize, out: *mut f32) {
+            // SAFETY: forwarded from the wrapper's checks.
+            unsafe { $body::<{ crate::panel::PANEL_TOKENS }>(nb, panel, acts, arow, out) }
+        }
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        unsafe fn $kn(nb: usize, panel: *const u8, acts: *const u8, arow: usize, out: *mut f32) {
+            // SAFETY: forwarded from the wrapper's checks.
+            unsafe { $body::<{ crate::panel::PANEL_TOKENS / 2 }>(nb, panel, acts, arow, out) }
+        }
+        pub(crate) fn $wide(cols: usize, panel: &[u8], acts: &[u8], out: &mut [f32]) {
+            let (nb, arow) = panel_call($ty, $values, cols, panel, $block, acts, $act, out, crate::panel::PANEL_TOKENS);
+            // SAFETY: `nb` panel blocks, the tokens' prepared rows and their outputs
+            // (checked above); reachable only through the AVX512 table, handed out
+            // after AVX-512 F/BW/VL + VNNI were detected.
+            unsafe { $kw(nb, panel.as_ptr(), acts.as_ptr(), arow, out.as_mut_ptr()) }
+        }
+        pub(crate) fn $narrow(cols: usize, panel: &[u8], acts: &[u8], out: &mut [f32]) {
+            let (nb, arow) = panel_call($ty, $values, cols, panel, $block, acts, $act, out, crate::panel::PANEL_TOKENS / 2);
+            // SAFETY: as for the wide kernel, with half the tokens.
+            unsafe { $kn(nb, panel.as_ptr(), acts.as_ptr(), arow, out.as_mut_ptr()) }
+        }
+    )*};
+}
+
+/// Checks a panel call's buffers; returns (blocks, prepared row bytes).
+#[allow(clippy::too_many_arguments)]
+fn panel_call(
+    ty: &str,
+    bs: usize,
+    cols: usize,
+    panel: &[u8],
+    block: usize,
+    acts: &[u8],
+    act_block: usize,
+    out: &[f32],
+    tokens: usize,
+) -> (usize, usize) {
+    assert!(
+        cols.is_multiple_of(bs),
+        "{ty}: {cols} values is not whole blocks"
+    );
+    let nb = cols / bs;
+    assert_eq!(panel.len(), nb * block, "{ty} panel size");
+    assert_eq!(
+        acts.len(),
+        tokens * nb * act_block,
+        "{ty} prepared rows size"
+    );
+    assert_eq!(out.len(), 16 * tokens, "{ty} panel output size");
+    (nb, nb * act_block)
+}
+
+// One legacy kernel serves Q8_0, Q4_0 and Q5_0: their panels differ only
+// in how they were unpacked.
+panel_fns! {
+    "legacy", 32: legacy_panel, crate::panel::LEGACY_BLOCK, crate::panel::LEGACY_ACT,
+        k_panel8_legacy => panel8_legacy, k_panel4_legacy => panel4_legacy;
+    "Q4_K", 256: q4_k_panel, crate::panel::Q4_K_BLOCK, crate::panel::Q4_K_ACT,
+        k_panel8_q4_k => panel8_q4_k, k_panel4_q4_k => panel4_q4_k;
+    "Q6_K", 256: q6_k_panel, crate::panel::Q6_K_BLOCK, crate::panel::Q6_K_ACT,
+        k_panel8_q6_k => panel8_q6_k, k_panel4_q6_k => panel4_q6_k;
+}

@@ -109,6 +109,7 @@ pub(crate) mod avx512;
 
 use crate::GgmlType as T;
 use crate::isa::Isa;
+use crate::panel;
 use crate::table::{
     QuantizeFn, Tile4Fn, Tile8Fn, Tile16Fn, TileFns, TypeKernels, VecDotFn, VecDotX4Fn, scalar,
 };
@@ -160,6 +161,32 @@ const fn tiles(
         x8,
         x4,
         sum_shift,
+    });
+    k
+}
+
+/// `k` with weight panels: `unpack`/`prepare` from [`crate::panel`], the
+/// kernels for 8 and 4 tokens, and the layout's sizes.
+const fn panels(
+    k: TypeKernels,
+    unpack: panel::UnpackFn,
+    prepare: panel::PrepareFn,
+    kernels: (panel::PanelFn, panel::PanelFn),
+    block_bytes: usize,
+    act_block_bytes: usize,
+) -> TypeKernels {
+    let mut k = k;
+    k.panel = Some(panel::PanelFns {
+        unpack,
+        prepare,
+        wide: kernels.0,
+        narrow: kernels.1,
+        block_bytes,
+        act_block_bytes,
+        block_values: match k.weight {
+            T::Q4_K | T::Q6_K => 256,
+            _ => 32,
+        },
     });
     k
 }
@@ -246,63 +273,100 @@ pub(crate) static AVX2: [TypeKernels; 13] = [
 ];
 
 const V: Isa = Isa::Avx512Vnni;
+const LEGACY_PANEL: (panel::PanelFn, panel::PanelFn) =
+    (avx512::panel8_legacy, avx512::panel4_legacy);
 
 pub(crate) static AVX512: [TypeKernels; 13] = [
     with(AVX2[0], V, None, None, None),
     with(AVX2[1], V, None, None, None),
     with(AVX2[2], V, None, None, None),
-    tiles(
-        with(AVX2[3], V, None, None, None),
-        3,
-        avx512::tile16_q4_0,
-        avx512::tile8_q4_0,
-        avx512::tile4_q4_0,
+    panels(
+        tiles(
+            with(AVX2[3], V, None, None, None),
+            3,
+            avx512::tile16_q4_0,
+            avx512::tile8_q4_0,
+            avx512::tile4_q4_0,
+        ),
+        panel::unpack_q4_0,
+        panel::prepare_q4_0,
+        LEGACY_PANEL,
+        panel::LEGACY_BLOCK,
+        panel::LEGACY_ACT,
     ),
     with(AVX2[4], V, None, None, None),
-    tiles(
-        with(AVX2[5], V, None, None, None),
-        4,
-        avx512::tile16_q5_0,
-        avx512::tile8_q5_0,
-        avx512::tile4_q5_0,
+    panels(
+        tiles(
+            with(AVX2[5], V, None, None, None),
+            4,
+            avx512::tile16_q5_0,
+            avx512::tile8_q5_0,
+            avx512::tile4_q5_0,
+        ),
+        panel::unpack_q5_0,
+        panel::prepare_q5_0,
+        LEGACY_PANEL,
+        panel::LEGACY_BLOCK,
+        panel::LEGACY_ACT,
     ),
     with(AVX2[6], V, None, None, None),
-    tiles(
-        with(AVX2[7], V, None, None, None),
-        7,
-        avx512::tile16_q8_0,
-        avx512::tile8_q8_0,
-        avx512::tile4_q8_0,
+    panels(
+        tiles(
+            with(AVX2[7], V, None, None, None),
+            7,
+            avx512::tile16_q8_0,
+            avx512::tile8_q8_0,
+            avx512::tile4_q8_0,
+        ),
+        panel::unpack_q8_0,
+        panel::prepare_q8_0,
+        LEGACY_PANEL,
+        panel::LEGACY_BLOCK,
+        panel::LEGACY_ACT,
     ),
     with(AVX2[8], V, None, None, None),
     with(AVX2[9], V, None, None, None),
     // The K-quant tiles with VNNI units (rows side by side, the same bits as
     // the VNNI row kernels).
-    tiles(
-        with(
-            AVX2[10],
-            V,
-            None,
-            Some(avx512::vec_dot_q4_k),
-            Some(avx512::vec_dot_x4_q4_k),
+    panels(
+        tiles(
+            with(
+                AVX2[10],
+                V,
+                None,
+                Some(avx512::vec_dot_q4_k),
+                Some(avx512::vec_dot_x4_q4_k),
+            ),
+            0,
+            avx512::tile16_q4_k,
+            avx512::tile8_q4_k,
+            avx512::tile4_q4_k,
         ),
-        0,
-        avx512::tile16_q4_k,
-        avx512::tile8_q4_k,
-        avx512::tile4_q4_k,
+        panel::unpack_q4_k,
+        panel::prepare_q4_k,
+        (avx512::panel8_q4_k, avx512::panel4_q4_k),
+        panel::Q4_K_BLOCK,
+        panel::Q4_K_ACT,
     ),
     with(AVX2[11], V, None, None, None),
-    tiles(
-        with(
-            AVX2[12],
-            V,
-            None,
-            Some(avx512::vec_dot_q6_k),
-            Some(avx512::vec_dot_x4_q6_k),
+    panels(
+        tiles(
+            with(
+                AVX2[12],
+                V,
+                None,
+                Some(avx512::vec_dot_q6_k),
+                Some(avx512::vec_dot_x4_q6_k),
+            ),
+            0,
+            avx512::tile16_q6_k,
+            avx512::tile8_q6_k,
+            avx512::tile4_q6_k,
         ),
-        0,
-        avx512::tile16_q6_k,
-        avx512::tile8_q6_k,
-        avx512::tile4_q6_k,
+        panel::unpack_q6_k,
+        panel::prepare_q6_k,
+        (avx512::panel8_q6_k, avx512::panel4_q6_k),
+        panel::Q6_K_BLOCK,
+        panel::Q6_K_ACT,
     ),
 ];

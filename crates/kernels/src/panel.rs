@@ -1,0 +1,269 @@
+//! Weight panels: sixteen weight rows unpacked once into int8, laid out so
+//! that one 64-byte vector holds four consecutive quants of each of the
+//! sixteen rows, for large batches (prompt processing, batched embedding).
+//!
+//! The 1×16 tiles of [`crate::pack`] unpack every weight block again for each
+//! group of tokens and spend two or three shuffles per multiply-add doing it;
+//! at 512 tokens that bounds them to about a quarter of the int8 peak. A
+//! panel is unpacked once per matmul call (by the task that owns its rows,
+//! into that task's part of the scratch) and then multiplied against every
+//! token: per multiply-add, one broadcast of four activation bytes and one
+//! `vpdpbusd`, each lane one weight row. Each lane ends a block (or
+//! sub-block) with that row's exact integer sum, and the float step is the
+//! row kernel's, so a panel gives every (row, token) the bits of
+//! [`crate::TypeKernels::vec_dot`] on the same ISA.
+//!
+//! Activations are *prepared* per token first ([`PanelFns::prepare`]): the
+//! quantized row rearranged so that every value a kernel broadcasts or
+//! multiplies lies at a fixed offset of its block.
+//!
+//! Layouts, per weight block of a panel (`r` a row 0..16, all little-endian):
+//! * legacy Q8_0/Q4_0/Q5_0 (576 bytes per 32 values): for dword `k` in 0..8,
+//!   64 bytes holding quants `4k..4k+4` of each row as `w + 2^shift`
+//!   (unsigned); then the rows' 16 scales as f32. Prepared activations (40
+//!   bytes per block): the 32 quants, the scale as f32, and `−Σa · 2^shift`,
+//!   which starts the integer sum and takes the offset back.
+//! * Q4_K (4992 bytes per 256 values): per 32-value sub-block `s`, 8 × 64
+//!   bytes of quants (0..15) as above; then per sub-block the rows' scales as
+//!   i32 (`4096 + 64s`); then per pair `p` of sub-blocks the rows' mins as i16
+//!   pairs `(m[2p], m[2p+1])` (`4608 + 64p`); then `d` and `dmin` as f32
+//!   (4864, 4928). Prepared activations (276 bytes): `d` as f32, the 256
+//!   quants, and the eight 32-value sums as i16.
+//! * Q6_K (5248 bytes per 256 values): per 16-value sub-block `s`, 4 × 64
+//!   bytes of signed quants `q − 32`; then per sub-block the rows' scales as
+//!   i32 (`4096 + 64s`); then each row's `Σ_s scale_s · (−128 · Σ(q − 32))`
+//!   as i32 (5120); then `d` as f32 (5184). Prepared activations (260
+//!   bytes): `d` as f32 and the quants plus 128, unsigned, so that signed
+//!   weights meet unsigned activations in `vpdpbusd`; the super-block sum
+//!   starts from the row's stored term, which takes the 128 back.
+
+use half::f16;
+
+use crate::GgmlType;
+use crate::scalar::{k4_scales_mins, row_blocks};
+
+/// Weight rows in a panel: one per 32-bit lane of a 512-bit vector.
+pub const PANEL_ROWS: usize = 16;
+/// Tokens per call of a wide panel kernel (a narrow one takes half).
+pub const PANEL_TOKENS: usize = 8;
+
+/// Unpacks up to [`PANEL_ROWS`] consecutive weight rows of `cols` values
+/// (`rows`, whole rows) into `out` ([`PanelFns::panel_bytes`] long); missing
+/// rows are zeros and yield zeros.
+pub type UnpackFn = fn(cols: usize, rows: &[u8], out: &mut [u8]);
+/// One quantized activation row → its prepared form ([`PanelFns::act_row_bytes`]).
+pub type PrepareFn = fn(cols: usize, act: &[u8], out: &mut [u8]);
+/// A panel against `T` prepared activation rows (`acts`, `T` rows back to
+/// back; `T` is [`PANEL_TOKENS`] or half of it): `out[t · 16 + r]` is row
+/// `r`'s dot product with token `t`.
+pub type PanelFn = fn(cols: usize, panel: &[u8], acts: &[u8], out: &mut [f32]);
+
+/// The panel functions of one weight type on one ISA.
+#[derive(Clone, Copy, Debug)]
+pub struct PanelFns {
+    pub unpack: UnpackFn,
+    pub prepare: PrepareFn,
+    /// Against [`PANEL_TOKENS`] tokens.
+    pub wide: PanelFn,
+    /// Against [`PANEL_TOKENS`]` / 2` tokens.
+    pub narrow: PanelFn,
+    /// Panel bytes per weight block.
+    pub block_bytes: usize,
+    /// Prepared activation bytes per weight block.
+    pub act_block_bytes: usize,
+    /// Values per weight block.
+    pub block_values: usize,
+}
+
+impl PanelFns {
+    /// Bytes of a panel of rows of `cols` values.
+    pub fn panel_bytes(&self, cols: usize) -> usize {
+        cols / self.block_values * self.block_bytes
+    }
+    /// Bytes of one prepared activation row of `cols` values.
+    pub fn act_row_bytes(&self, cols: usize) -> usize {
+        cols / self.block_values * self.act_block_bytes
+    }
+}
+
+/// Bytes per block of the legacy panel and of its prepared activations.
+pub const LEGACY_BLOCK: usize = 576;
+pub const LEGACY_ACT: usize = 40;
+/// Bytes per super-block of the Q4_K panel and of its prepared activations.
+pub const Q4_K_BLOCK: usize = 4992;
+pub const Q4_K_ACT: usize = 276;
+/// Bytes per super-block of the Q6_K panel and of its prepared activations.
+pub const Q6_K_BLOCK: usize = 5248;
+pub const Q6_K_ACT: usize = 260;
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+fn put(out: &mut [u8], at: usize, bytes: [u8; 4]) {
+    out[at..at + 4].copy_from_slice(&bytes);
+}
+
+fn f16_at(b: &[u8], at: usize) -> f32 {
+    f16::from_le_bytes([b[at], b[at + 1]]).to_f32_const()
+}
+
+/// Checks a panel's rows and output and returns (blocks per row, rows given).
+fn panel_shape(ty: GgmlType, cols: usize, rows: &[u8], out: &[u8], block: usize) -> (usize, usize) {
+    let wrow = cols / ty.block_size() * ty.type_size();
+    assert!(
+        wrow > 0 && rows.len().is_multiple_of(wrow) && rows.len() <= PANEL_ROWS * wrow,
+        "{ty} panel: {} bytes is not 1 to 16 rows of {cols} values",
+        rows.len()
+    );
+    let nb = row_blocks(ty, cols, &rows[..wrow]);
+    assert_eq!(out.len(), nb * block, "{ty} panel size");
+    (nb, rows.len() / wrow)
+}
+
+/// The legacy types' unsigned quant dwords: dword `k` (values `4k..4k+4`)
+/// of a block, as `w + 2^shift`.
+fn legacy_dwords(ty: GgmlType, b: &[u8]) -> [u32; 8] {
+    const LOW: u32 = 0x0F0F_0F0F;
+    std::array::from_fn(|k| match ty {
+        GgmlType::Q8_0 => u32_at(b, 2 + 4 * k) ^ 0x8080_8080,
+        GgmlType::Q4_0 => (u32_at(b, 2 + 4 * (k % 4)) >> (4 * (k / 4))) & LOW,
+        GgmlType::Q5_0 => {
+            let high = (u32_at(b, 2) >> (4 * k)) & 0xF;
+            // Bit e of `high` → bit 4 of byte e.
+            let spread = (high & 1) | (high & 2) << 7 | (high & 4) << 14 | (high & 8) << 21;
+            ((u32_at(b, 6 + 4 * (k % 4)) >> (4 * (k / 4))) & LOW) | spread << 4
+        }
+        _ => unreachable!("{ty} has no legacy panel"),
+    })
+}
+
+fn unpack_legacy(ty: GgmlType, cols: usize, rows: &[u8], out: &mut [u8]) {
+    let (nb, given) = panel_shape(ty, cols, rows, out, LEGACY_BLOCK);
+    let ts = ty.type_size();
+    out.fill(0);
+    for r in 0..given {
+        let row = &rows[r * nb * ts..(r + 1) * nb * ts];
+        for (b, dst) in row.chunks_exact(ts).zip(out.chunks_exact_mut(LEGACY_BLOCK)) {
+            for (k, q) in legacy_dwords(ty, b).into_iter().enumerate() {
+                put(dst, 64 * k + 4 * r, q.to_le_bytes());
+            }
+            put(dst, 512 + 4 * r, f16_at(b, 0).to_le_bytes());
+        }
+    }
+}
+
+pub fn unpack_q8_0(cols: usize, rows: &[u8], out: &mut [u8]) {
+    unpack_legacy(GgmlType::Q8_0, cols, rows, out);
+}
+pub fn unpack_q4_0(cols: usize, rows: &[u8], out: &mut [u8]) {
+    unpack_legacy(GgmlType::Q4_0, cols, rows, out);
+}
+pub fn unpack_q5_0(cols: usize, rows: &[u8], out: &mut [u8]) {
+    unpack_legacy(GgmlType::Q5_0, cols, rows, out);
+}
+
+/// Q8_0 activations for weights offset by `2^shift`.
+fn prepare_legacy(shift: u32, cols: usize, act: &[u8], out: &mut [u8]) {
+    let nb = row_blocks(GgmlType::Q8_0, cols, act);
+    assert_eq!(out.len(), nb * LEGACY_ACT, "prepared Q8_0 row size");
+    for (b, dst) in act.chunks_exact(34).zip(out.chunks_exact_mut(LEGACY_ACT)) {
+        dst[..32].copy_from_slice(&b[2..]);
+        put(dst, 32, f16_at(b, 0).to_le_bytes());
+        // |Σa| ≤ 32·128 = 2^12: the offset fits an i32 for any shift ≤ 18.
+        let sum: i32 = b[2..].iter().map(|&q| q as i8 as i32).sum();
+        put(dst, 36, (-(sum << shift)).to_le_bytes());
+    }
+}
+
+pub fn prepare_q8_0(cols: usize, act: &[u8], out: &mut [u8]) {
+    prepare_legacy(7, cols, act, out);
+}
+pub fn prepare_q4_0(cols: usize, act: &[u8], out: &mut [u8]) {
+    prepare_legacy(3, cols, act, out);
+}
+pub fn prepare_q5_0(cols: usize, act: &[u8], out: &mut [u8]) {
+    prepare_legacy(4, cols, act, out);
+}
+
+pub fn unpack_q4_k(cols: usize, rows: &[u8], out: &mut [u8]) {
+    let (nb, given) = panel_shape(GgmlType::Q4_K, cols, rows, out, Q4_K_BLOCK);
+    out.fill(0);
+    for r in 0..given {
+        let row = &rows[r * nb * 144..(r + 1) * nb * 144];
+        for (b, dst) in row.chunks_exact(144).zip(out.chunks_exact_mut(Q4_K_BLOCK)) {
+            // Values 64j..64j+32 are the low nibbles of bytes 32j.., the next 32 the high ones.
+            for s in 0..8 {
+                for k in 0..8 {
+                    let q = (u32_at(b, 16 + 32 * (s / 2) + 4 * k) >> (4 * (s % 2))) & 0x0F0F_0F0F;
+                    put(dst, 512 * s + 64 * k + 4 * r, q.to_le_bytes());
+                }
+            }
+            let (scales, mins) = k4_scales_mins(b[4..16].try_into().unwrap());
+            for (s, &scale) in scales.iter().enumerate() {
+                put(dst, 4096 + 64 * s + 4 * r, (scale as i32).to_le_bytes());
+            }
+            for p in 0..4 {
+                let pair = mins[2 * p] as u32 | (mins[2 * p + 1] as u32) << 16;
+                put(dst, 4608 + 64 * p + 4 * r, pair.to_le_bytes());
+            }
+            put(dst, 4864 + 4 * r, f16_at(b, 0).to_le_bytes());
+            put(dst, 4928 + 4 * r, f16_at(b, 2).to_le_bytes());
+        }
+    }
+}
+
+pub fn prepare_q4_k(cols: usize, act: &[u8], out: &mut [u8]) {
+    let nb = row_blocks(GgmlType::Q8_K, cols, act);
+    assert_eq!(out.len(), nb * Q4_K_ACT, "prepared Q8_K row size");
+    for (b, dst) in act.chunks_exact(292).zip(out.chunks_exact_mut(Q4_K_ACT)) {
+        dst[..260].copy_from_slice(&b[..260]);
+        for s in 0..8 {
+            let bsum = |i: usize| i16::from_le_bytes([b[260 + 2 * i], b[261 + 2 * i]]);
+            // |Σ| ≤ 32·128: an i16.
+            let sum = bsum(2 * s) + bsum(2 * s + 1);
+            dst[260 + 2 * s..262 + 2 * s].copy_from_slice(&sum.to_le_bytes());
+        }
+    }
+}
+
+pub fn unpack_q6_k(cols: usize, rows: &[u8], out: &mut [u8]) {
+    let (nb, given) = panel_shape(GgmlType::Q6_K, cols, rows, out, Q6_K_BLOCK);
+    out.fill(0);
+    for r in 0..given {
+        let row = &rows[r * nb * 210..(r + 1) * nb * 210];
+        for (b, dst) in row.chunks_exact(210).zip(out.chunks_exact_mut(Q6_K_BLOCK)) {
+            let mut offset = 0i32;
+            for s in 0..16 {
+                let scale = b[192 + s] as i8 as i32;
+                let mut sum = 0i32;
+                for k in 0..4 {
+                    // Value v = 128h + 32g + l: low 4 bits from ql[64h + 32(g % 2) + l]
+                    // (nibble g / 2), high 2 bits from qh[32h + l] (bits 2g..2g+2).
+                    let v = 16 * s + 4 * k;
+                    let (h, g, l) = (v / 128, v % 128 / 32, v % 32);
+                    let low = (u32_at(b, 64 * h + 32 * (g % 2) + l) >> (4 * (g / 2))) & 0x0F0F_0F0F;
+                    let high = (u32_at(b, 128 + 32 * h + l) >> (2 * g)) & 0x0303_0303;
+                    let q = (low | high << 4).to_le_bytes().map(|q| q as i8 - 32);
+                    sum += q.iter().map(|&q| q as i32).sum::<i32>();
+                    put(dst, 256 * s + 64 * k + 4 * r, q.map(|q| q as u8));
+                }
+                put(dst, 4096 + 64 * s + 4 * r, scale.to_le_bytes());
+                offset += scale * -128 * sum;
+            }
+            put(dst, 5120 + 4 * r, offset.to_le_bytes());
+            put(dst, 5184 + 4 * r, f16_at(b, 208).to_le_bytes());
+        }
+    }
+}
+
+pub fn prepare_q6_k(cols: usize, act: &[u8], out: &mut [u8]) {
+    let nb = row_blocks(GgmlType::Q8_K, cols, act);
+    assert_eq!(out.len(), nb * Q6_K_ACT, "prepared Q8_K row size");
+    for (b, dst) in act.chunks_exact(292).zip(out.chunks_exact_mut(Q6_K_ACT)) {
+        dst[..4].copy_from_slice(&b[..4]);
+        for (d, &q) in dst[4..].iter_mut().zip(&b[4..260]) {
+            *d = q ^ 0x80;
+        }
+    }
+}
