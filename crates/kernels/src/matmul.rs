@@ -356,7 +356,22 @@ fn panel_matmul<const N: usize>(
                     &mut out[..PANEL_ROWS * n],
                 );
                 for c in 0..n.min(tokens - t) {
-                    let v = &out[PANEL_ROWS * c..PANEL_ROWS * c + (re - r)];
+                    // A whole panel's row of outputs is one fixed-size copy (a
+                    // vector store rather than a `memcpy` call).
+                    let v = &out[PANEL_ROWS * c..PANEL_ROWS * (c + 1)];
+                    if re - r == PANEL_ROWS {
+                        let v: &[f32; PANEL_ROWS] = v.try_into().unwrap();
+                        // SAFETY: as below, for a whole panel of rows.
+                        unsafe {
+                            outs[m]
+                                .0
+                                .add((t + c) * rows + r)
+                                .cast::<[f32; PANEL_ROWS]>()
+                                .write_unaligned(*v)
+                        };
+                        continue;
+                    }
+                    let v = &v[..re - r];
                     // SAFETY: token `t + c < tokens` and rows `r..re` inside `r0..r1`,
                     // so the run lies in `ys[m]` (`tokens * rows` values, checked by
                     // `check_shapes`); each task owns its rows of one matrix for every

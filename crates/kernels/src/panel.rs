@@ -96,14 +96,17 @@ pub const Q4_K_ACT: usize = 276;
 pub const Q6_K_BLOCK: usize = 5248;
 pub const Q6_K_ACT: usize = 260;
 
+#[inline(always)]
 fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
 }
 
+#[inline(always)]
 fn put(out: &mut [u8], at: usize, bytes: [u8; 4]) {
     out[at..at + 4].copy_from_slice(&bytes);
 }
 
+#[inline(always)]
 fn f16_at(b: &[u8], at: usize) -> f32 {
     f16::from_le_bytes([b[at], b[at + 1]]).to_f32_const()
 }
@@ -123,29 +126,43 @@ fn panel_shape(ty: GgmlType, cols: usize, rows: &[u8], out: &[u8], block: usize)
 
 /// The legacy types' unsigned quant dwords: dword `k` (values `4k..4k+4`)
 /// of a block, as `w + 2^shift`.
-fn legacy_dwords(ty: GgmlType, b: &[u8]) -> [u32; 8] {
-    const LOW: u32 = 0x0F0F_0F0F;
-    std::array::from_fn(|k| match ty {
-        GgmlType::Q8_0 => u32_at(b, 2 + 4 * k) ^ 0x8080_8080,
-        GgmlType::Q4_0 => (u32_at(b, 2 + 4 * (k % 4)) >> (4 * (k / 4))) & LOW,
-        GgmlType::Q5_0 => {
-            let high = (u32_at(b, 2) >> (4 * k)) & 0xF;
-            // Bit e of `high` → bit 4 of byte e.
-            let spread = (high & 1) | (high & 2) << 7 | (high & 4) << 14 | (high & 8) << 21;
-            ((u32_at(b, 6 + 4 * (k % 4)) >> (4 * (k / 4))) & LOW) | spread << 4
-        }
-        _ => unreachable!("{ty} has no legacy panel"),
+#[inline(always)]
+fn q8_0_dwords(b: &[u8; 34]) -> [u32; 8] {
+    std::array::from_fn(|k| u32_at(b, 2 + 4 * k) ^ 0x8080_8080)
+}
+#[inline(always)]
+fn q4_0_dwords(b: &[u8; 18]) -> [u32; 8] {
+    std::array::from_fn(|k| (u32_at(b, 2 + 4 * (k % 4)) >> (4 * (k / 4))) & 0x0F0F_0F0F)
+}
+#[inline(always)]
+fn q5_0_dwords(b: &[u8; 22]) -> [u32; 8] {
+    let qh = u32_at(b, 2);
+    std::array::from_fn(|k| {
+        let high = (qh >> (4 * k)) & 0xF;
+        // Bit e of `high` → bit 4 of byte e.
+        let spread = (high & 1) | (high & 2) << 7 | (high & 4) << 14 | (high & 8) << 21;
+        ((u32_at(b, 6 + 4 * (k % 4)) >> (4 * (k / 4))) & 0x0F0F_0F0F) | spread << 4
     })
 }
 
-fn unpack_legacy(ty: GgmlType, cols: usize, rows: &[u8], out: &mut [u8]) {
+#[inline(always)]
+fn unpack_legacy<const TS: usize>(
+    ty: GgmlType,
+    cols: usize,
+    rows: &[u8],
+    out: &mut [u8],
+    dwords: impl Fn(&[u8; TS]) -> [u32; 8],
+) {
     let (nb, given) = panel_shape(ty, cols, rows, out, LEGACY_BLOCK);
-    let ts = ty.type_size();
-    out.fill(0);
+    if given < PANEL_ROWS {
+        out.fill(0);
+    }
     for r in 0..given {
-        let row = &rows[r * nb * ts..(r + 1) * nb * ts];
-        for (b, dst) in row.chunks_exact(ts).zip(out.chunks_exact_mut(LEGACY_BLOCK)) {
-            for (k, q) in legacy_dwords(ty, b).into_iter().enumerate() {
+        let row = &rows[r * nb * TS..(r + 1) * nb * TS];
+        for (b, dst) in row.chunks_exact(TS).zip(out.chunks_exact_mut(LEGACY_BLOCK)) {
+            let b: &[u8; TS] = b.try_into().unwrap();
+            let dst: &mut [u8; LEGACY_BLOCK] = dst.try_into().unwrap();
+            for (k, q) in dwords(b).into_iter().enumerate() {
                 put(dst, 64 * k + 4 * r, q.to_le_bytes());
             }
             put(dst, 512 + 4 * r, f16_at(b, 0).to_le_bytes());
@@ -154,13 +171,13 @@ fn unpack_legacy(ty: GgmlType, cols: usize, rows: &[u8], out: &mut [u8]) {
 }
 
 pub fn unpack_q8_0(cols: usize, rows: &[u8], out: &mut [u8]) {
-    unpack_legacy(GgmlType::Q8_0, cols, rows, out);
+    unpack_legacy(GgmlType::Q8_0, cols, rows, out, q8_0_dwords);
 }
 pub fn unpack_q4_0(cols: usize, rows: &[u8], out: &mut [u8]) {
-    unpack_legacy(GgmlType::Q4_0, cols, rows, out);
+    unpack_legacy(GgmlType::Q4_0, cols, rows, out, q4_0_dwords);
 }
 pub fn unpack_q5_0(cols: usize, rows: &[u8], out: &mut [u8]) {
-    unpack_legacy(GgmlType::Q5_0, cols, rows, out);
+    unpack_legacy(GgmlType::Q5_0, cols, rows, out, q5_0_dwords);
 }
 
 /// Q8_0 activations for weights offset by `2^shift`.
@@ -188,10 +205,14 @@ pub fn prepare_q5_0(cols: usize, act: &[u8], out: &mut [u8]) {
 
 pub fn unpack_q4_k(cols: usize, rows: &[u8], out: &mut [u8]) {
     let (nb, given) = panel_shape(GgmlType::Q4_K, cols, rows, out, Q4_K_BLOCK);
-    out.fill(0);
+    if given < PANEL_ROWS {
+        out.fill(0);
+    }
     for r in 0..given {
         let row = &rows[r * nb * 144..(r + 1) * nb * 144];
         for (b, dst) in row.chunks_exact(144).zip(out.chunks_exact_mut(Q4_K_BLOCK)) {
+            let b: &[u8; 144] = b.try_into().unwrap();
+            let dst: &mut [u8; Q4_K_BLOCK] = dst.try_into().unwrap();
             // Values 64j..64j+32 are the low nibbles of bytes 32j.., the next 32 the high ones.
             for s in 0..8 {
                 for k in 0..8 {
@@ -229,27 +250,43 @@ pub fn prepare_q4_k(cols: usize, act: &[u8], out: &mut [u8]) {
 
 pub fn unpack_q6_k(cols: usize, rows: &[u8], out: &mut [u8]) {
     let (nb, given) = panel_shape(GgmlType::Q6_K, cols, rows, out, Q6_K_BLOCK);
-    out.fill(0);
+    if given < PANEL_ROWS {
+        out.fill(0);
+    }
     for r in 0..given {
         let row = &rows[r * nb * 210..(r + 1) * nb * 210];
         for (b, dst) in row.chunks_exact(210).zip(out.chunks_exact_mut(Q6_K_BLOCK)) {
-            let mut offset = 0i32;
-            for s in 0..16 {
-                let scale = b[192 + s] as i8 as i32;
-                let mut sum = 0i32;
-                for k in 0..4 {
-                    // Value v = 128h + 32g + l: low 4 bits from ql[64h + 32(g % 2) + l]
-                    // (nibble g / 2), high 2 bits from qh[32h + l] (bits 2g..2g+2).
-                    let v = 16 * s + 4 * k;
-                    let (h, g, l) = (v / 128, v % 128 / 32, v % 32);
-                    let low = (u32_at(b, 64 * h + 32 * (g % 2) + l) >> (4 * (g / 2))) & 0x0F0F_0F0F;
-                    let high = (u32_at(b, 128 + 32 * h + l) >> (2 * g)) & 0x0303_0303;
-                    let q = (low | high << 4).to_le_bytes().map(|q| q as i8 - 32);
-                    sum += q.iter().map(|&q| q as i32).sum::<i32>();
-                    put(dst, 256 * s + 64 * k + 4 * r, q.map(|q| q as u8));
+            let b: &[u8; 210] = b.try_into().unwrap();
+            let dst: &mut [u8; Q6_K_BLOCK] = dst.try_into().unwrap();
+            // Σq per 16-value sub-block (SWAR byte sums: 4 × 63 < 256).
+            let mut sums = [0i32; 16];
+            for h in 0..2 {
+                for g in 0..4 {
+                    for l in (0..32).step_by(4) {
+                        // Value v = 128h + 32g + l: low 4 bits from ql[64h + 32(g % 2) + l]
+                        // (nibble g / 2), high 2 bits from qh[32h + l] (bits 2g..2g+2).
+                        let low =
+                            (u32_at(b, 64 * h + 32 * (g % 2) + l) >> (4 * (g / 2))) & 0x0F0F_0F0F;
+                        let high = (u32_at(b, 128 + 32 * h + l) >> (2 * g)) & 0x0303_0303;
+                        let q = low | high << 4;
+                        let (s, k) = (8 * h + 2 * g + l / 16, l % 16 / 4);
+                        sums[s] += (q.wrapping_mul(0x0101_0101) >> 24) as i32;
+                        // q − 32 per byte: flip bit 5, then sign-extend from it.
+                        let x = q ^ 0x2020_2020;
+                        let sign = x & 0x2020_2020;
+                        put(
+                            dst,
+                            256 * s + 64 * k + 4 * r,
+                            (x | sign << 1 | sign << 2).to_le_bytes(),
+                        );
+                    }
                 }
+            }
+            let mut offset = 0i32;
+            for (s, &sum) in sums.iter().enumerate() {
+                let scale = b[192 + s] as i8 as i32;
                 put(dst, 4096 + 64 * s + 4 * r, scale.to_le_bytes());
-                offset += scale * -128 * sum;
+                offset += scale * -128 * (sum - 16 * 32);
             }
             put(dst, 5120 + 4 * r, offset.to_le_bytes());
             put(dst, 5184 + 4 * r, f16_at(b, 208).to_le_bytes());

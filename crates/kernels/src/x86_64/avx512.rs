@@ -339,7 +339,8 @@ unsafe fn legacy_panel_step<const T: usize>(
         let dw = _mm512_loadu_ps(wb.add(512).cast());
         for t in 0..T {
             let y = ys[t];
-            // Two chains, so eight tokens keep both `vpdpbusd` ports busy.
+            // Two chains, so eight tokens keep both `vpdpbusd` ports busy
+            // (one chain measured 20% slower: latency-bound).
             let mut a0 = bcast(y.add(36));
             let mut a1 = _mm512_setzero_si512();
             for k in (0..8).step_by(2) {

@@ -4,8 +4,10 @@
 //! [`AVX512`] starts from [`AVX2`] (every AVX-512 VNNI CPU has AVX2) and
 //! replaces the Q4_K and Q6_K row/x4 kernels and all the tiles with VNNI
 //! ones that keep AVX2's arithmetic (the same bits: batch invariance holds
-//! across the two tables too). The Q8_0 row kernel stays AVX2's: a VNNI
-//! version measured no faster.
+//! across the two tables too), and adds the weight panels
+//! ([`crate::panel`]). The legacy row kernels stay AVX2's: a VNNI version
+//! (two blocks per 512-bit `vpdpbusd`, eight blocks' sums reduced together,
+//! scales converted by gathers) measured no faster in decoding.
 
 /// The 1×16, 1×8 and 1×4 tile functions of the legacy (Q8_0-activation)
 /// types for one ISA: `#[target_feature]` entry points over
