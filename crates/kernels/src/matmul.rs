@@ -22,6 +22,11 @@ use crate::{KernelError, TypeKernels};
 /// ISA has them: below it, unpacking a panel costs more than the tiles'
 /// shuffles it saves.
 pub const PANEL_MIN_TOKENS: usize = 32;
+/// Unpacked panels one panel task holds at once, at most (bytes).
+const PANEL_SLAB_BYTES: usize = 1 << 20;
+/// Tokens run over a slab of panels before the next ones (a multiple of
+/// [`PANEL_TOKENS`]).
+const PANEL_TOKEN_BLOCK: usize = 128;
 
 /// Reusable buffer for the quantized activations of one call.
 #[derive(Debug, Default)]
@@ -319,7 +324,12 @@ fn panel_matmul<const N: usize>(
     let tasks_of: [usize; N] = std::array::from_fn(|m| wms[m].rows.div_ceil(chunk));
     let n_tasks: usize = tasks_of.iter().sum();
     let pbytes = p.panel_bytes(cols);
-    grow(&mut scratch.panels, n_tasks * pbytes);
+    // A task holds a slab of panels at once (at most `PANEL_SLAB_BYTES`) and
+    // runs blocks of `PANEL_TOKEN_BLOCK` tokens over the whole slab, so the
+    // block's prepared activations stay in cache across its panels.
+    let slab = (PANEL_SLAB_BYTES / pbytes).clamp(1, chunk / PANEL_ROWS);
+    let task_bytes = slab * pbytes;
+    grow(&mut scratch.panels, n_tasks * task_bytes);
     let panels_ptr = Out(scratch.panels.as_mut_ptr());
     let panels_ptr = &panels_ptr;
     let mut ys = ys;
@@ -334,58 +344,58 @@ fn panel_matmul<const N: usize>(
         let (w, rows) = (wms[m].data, wms[m].rows);
         let r0 = t0 * chunk;
         let r1 = (r0 + chunk).min(rows);
-        let at = panels_ptr.0.wrapping_add(task * pbytes);
-        // SAFETY: `scratch.panels` holds `n_tasks` buffers of `pbytes` (grown
+        let at = panels_ptr.0.wrapping_add(task * task_bytes);
+        // SAFETY: `scratch.panels` holds `n_tasks` buffers of `task_bytes` (grown
         // above); task `task` alone uses buffer `task`, which starts at `at`.
-        let panel = unsafe { std::slice::from_raw_parts_mut(at, pbytes) };
+        let buf = unsafe { std::slice::from_raw_parts_mut(at, task_bytes) };
         let mut out = [0.0f32; PANEL_ROWS * PANEL_TOKENS];
-        for r in (r0..r1).step_by(PANEL_ROWS) {
-            let re = (r + PANEL_ROWS).min(r1);
-            (p.unpack)(cols, &w[r * wrow..re * wrow], panel);
-            let mut t = 0;
-            while t < padded {
-                let (n, f) = if t + PANEL_TOKENS <= padded {
-                    (PANEL_TOKENS, p.wide)
-                } else {
-                    (PANEL_TOKENS / 2, p.narrow)
-                };
-                f(
-                    cols,
-                    panel,
-                    &prepared[t * prow..(t + n) * prow],
-                    &mut out[..PANEL_ROWS * n],
-                );
-                for c in 0..n.min(tokens - t) {
-                    // A whole panel's row of outputs is one fixed-size copy (a
-                    // vector store rather than a `memcpy` call).
-                    let v = &out[PANEL_ROWS * c..PANEL_ROWS * (c + 1)];
-                    if re - r == PANEL_ROWS {
-                        let v: &[f32; PANEL_ROWS] = v.try_into().unwrap();
-                        // SAFETY: as below, for a whole panel of rows.
-                        unsafe {
-                            outs[m]
-                                .0
-                                .add((t + c) * rows + r)
-                                .cast::<[f32; PANEL_ROWS]>()
-                                .write_unaligned(*v)
+        for s0 in (r0..r1).step_by(slab * PANEL_ROWS) {
+            let s1 = (s0 + slab * PANEL_ROWS).min(r1);
+            let starts = (s0..s1).step_by(PANEL_ROWS);
+            for (r, panel) in starts.clone().zip(buf.chunks_exact_mut(pbytes)) {
+                let re = (r + PANEL_ROWS).min(s1);
+                (p.unpack)(cols, &w[r * wrow..re * wrow], panel);
+            }
+            for b0 in (0..padded).step_by(PANEL_TOKEN_BLOCK) {
+                let b1 = (b0 + PANEL_TOKEN_BLOCK).min(padded);
+                for (r, panel) in starts.clone().zip(buf.chunks_exact(pbytes)) {
+                    let re = (r + PANEL_ROWS).min(s1);
+                    let mut t = b0;
+                    while t < b1 {
+                        let (n, f) = if t + PANEL_TOKENS <= b1 {
+                            (PANEL_TOKENS, p.wide)
+                        } else {
+                            (PANEL_TOKENS / 2, p.narrow)
                         };
-                        continue;
-                    }
-                    let v = &v[..re - r];
-                    // SAFETY: token `t + c < tokens` and rows `r..re` inside `r0..r1`,
-                    // so the run lies in `ys[m]` (`tokens * rows` values, checked by
-                    // `check_shapes`); each task owns its rows of one matrix for every
-                    // token, so no two tasks write the same element, and `ys` was a
-                    // set of distinct `&mut` slices.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            v.as_ptr(),
-                            outs[m].0.add((t + c) * rows + r),
-                            v.len(),
-                        )
+                        f(
+                            cols,
+                            panel,
+                            &prepared[t * prow..(t + n) * prow],
+                            &mut out[..PANEL_ROWS * n],
+                        );
+                        for c in 0..n.min(tokens - t) {
+                            // A whole panel's row of outputs is one fixed-size copy (a
+                            // vector store rather than a `memcpy` call).
+                            let v = &out[PANEL_ROWS * c..PANEL_ROWS * (c + 1)];
+                            let dst = outs[m].0.wrapping_add((t + c) * rows + r);
+                            if re - r == PANEL_ROWS {
+                                let v: &[f32; PANEL_ROWS] = v.try_into().unwrap();
+                                // SAFETY: as below, for a whole panel of rows.
+                                unsafe { dst.cast::<[f32; PANEL_ROWS]>().write_unaligned(*v) };
+                                continue;
+                            }
+                            let v = &v[..re - r];
+                            // SAFETY: token `t + c < tokens` and rows `r..re` inside
+                            // `r0..r1`, so the run lies in `ys[m]` (`tokens * rows`
+                            // values, checked by `check_shapes`); each task owns its
+                            // rows of one matrix for every token, so no two tasks write
+                            // the same element, and `ys` was a set of distinct `&mut`
+                            // slices.
+                            unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), dst, v.len()) }
+                        }
+                        t += n;
                     }
                 }
-                t += n;
             }
         }
     });

@@ -40,7 +40,7 @@
 use half::f16;
 
 use crate::GgmlType;
-use crate::scalar::{k4_scales_mins, row_blocks};
+use crate::scalar::{f16f, k4_scales_mins, row_blocks};
 
 /// Weight rows in a panel: one per 32-bit lane of a 512-bit vector.
 pub const PANEL_ROWS: usize = 16;
@@ -108,7 +108,7 @@ fn put(out: &mut [u8], at: usize, bytes: [u8; 4]) {
 
 #[inline(always)]
 fn f16_at(b: &[u8], at: usize) -> f32 {
-    f16::from_le_bytes([b[at], b[at + 1]]).to_f32_const()
+    f16f(f16::from_le_bytes([b[at], b[at + 1]]))
 }
 
 /// Checks a panel's rows and output and returns (blocks per row, rows given).
