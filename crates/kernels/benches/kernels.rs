@@ -241,12 +241,18 @@ fn bench(c: &mut Criterion) {
                     .collect();
                 let mut y = vec![0f32; tokens * rows];
                 let mut s = Scratch::with_capacity(k, cols, tokens);
-                let t = Instant::now();
-                let reps = 3;
-                for _ in 0..reps {
-                    matmul(&wm, &x, tokens, &mut y, &mut s, &Rayon).unwrap();
-                }
-                let dt = t.elapsed().as_secs_f64() / reps as f64;
+                // One warm-up call (scratch growth, page faults, waking the
+                // pool), then the median of enough calls to fill ~0.3 s.
+                let time = |s: &mut Scratch, y: &mut [f32]| {
+                    let t = Instant::now();
+                    matmul(&wm, &x, tokens, y, s, &Rayon).unwrap();
+                    t.elapsed().as_secs_f64()
+                };
+                let first = time(&mut s, &mut y);
+                let reps = ((0.3 / first) as usize).clamp(5, 200);
+                let mut times: Vec<f64> = (0..reps).map(|_| time(&mut s, &mut y)).collect();
+                times.sort_by(f64::total_cmp);
+                let dt = times[reps / 2];
                 let gbs = w.len() as f64 / dt / 1e9;
                 let gops = 2.0 * (rows * cols * tokens) as f64 / dt / 1e9;
                 eprintln!(
