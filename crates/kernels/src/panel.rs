@@ -112,7 +112,13 @@ fn f16_at(b: &[u8], at: usize) -> f32 {
 }
 
 /// Checks a panel's rows and output and returns (blocks per row, rows given).
-fn panel_shape(ty: GgmlType, cols: usize, rows: &[u8], out: &[u8], block: usize) -> (usize, usize) {
+pub(crate) fn panel_shape(
+    ty: GgmlType,
+    cols: usize,
+    rows: &[u8],
+    out: &[u8],
+    block: usize,
+) -> (usize, usize) {
     let wrow = cols / ty.block_size() * ty.type_size();
     assert!(
         wrow > 0 && rows.len().is_multiple_of(wrow) && rows.len() <= PANEL_ROWS * wrow,
@@ -203,6 +209,23 @@ pub fn prepare_q5_0(cols: usize, act: &[u8], out: &mut [u8]) {
     prepare_legacy(4, cols, act, out);
 }
 
+/// Row `r`'s Q4_K scales, mins, `d` and `dmin` of block `b` in its panel block.
+#[inline(always)]
+pub(crate) fn q4_k_meta(r: usize, b: &[u8; 144], dst: &mut [u8; Q4_K_BLOCK]) {
+    let (scales, mins) = k4_scales_mins(b[4..16].try_into().unwrap());
+    for (s, &scale) in scales.iter().enumerate() {
+        put(dst, 4096 + 64 * s + 4 * r, (scale as i32).to_le_bytes());
+    }
+    for p in 0..4 {
+        let pair = mins[2 * p] as u32 | (mins[2 * p + 1] as u32) << 16;
+        put(dst, 4608 + 64 * p + 4 * r, pair.to_le_bytes());
+    }
+    put(dst, 4864 + 4 * r, f16_at(b, 0).to_le_bytes());
+    put(dst, 4928 + 4 * r, f16_at(b, 2).to_le_bytes());
+}
+
+/// The reference Q4_K unpacker (the AVX-512 one transposes whole panels
+/// with vector shuffles and must produce the same bytes).
 pub fn unpack_q4_k(cols: usize, rows: &[u8], out: &mut [u8]) {
     let (nb, given) = panel_shape(GgmlType::Q4_K, cols, rows, out, Q4_K_BLOCK);
     if given < PANEL_ROWS {
@@ -220,16 +243,7 @@ pub fn unpack_q4_k(cols: usize, rows: &[u8], out: &mut [u8]) {
                     put(dst, 512 * s + 64 * k + 4 * r, q.to_le_bytes());
                 }
             }
-            let (scales, mins) = k4_scales_mins(b[4..16].try_into().unwrap());
-            for (s, &scale) in scales.iter().enumerate() {
-                put(dst, 4096 + 64 * s + 4 * r, (scale as i32).to_le_bytes());
-            }
-            for p in 0..4 {
-                let pair = mins[2 * p] as u32 | (mins[2 * p + 1] as u32) << 16;
-                put(dst, 4608 + 64 * p + 4 * r, pair.to_le_bytes());
-            }
-            put(dst, 4864 + 4 * r, f16_at(b, 0).to_le_bytes());
-            put(dst, 4928 + 4 * r, f16_at(b, 2).to_le_bytes());
+            q4_k_meta(r, b, dst);
         }
     }
 }
@@ -248,6 +262,21 @@ pub fn prepare_q4_k(cols: usize, act: &[u8], out: &mut [u8]) {
     }
 }
 
+/// Row `r`'s Q6_K scales and `d` of block `b` in its panel block.
+#[inline(always)]
+pub(crate) fn q6_k_meta(r: usize, b: &[u8; 210], dst: &mut [u8; Q6_K_BLOCK]) {
+    for s in 0..16 {
+        put(
+            dst,
+            4096 + 64 * s + 4 * r,
+            (b[192 + s] as i8 as i32).to_le_bytes(),
+        );
+    }
+    put(dst, 5184 + 4 * r, f16_at(b, 208).to_le_bytes());
+}
+
+/// The reference Q6_K unpacker (the AVX-512 one transposes whole panels
+/// with vector shuffles and must produce the same bytes).
 pub fn unpack_q6_k(cols: usize, rows: &[u8], out: &mut [u8]) {
     let (nb, given) = panel_shape(GgmlType::Q6_K, cols, rows, out, Q6_K_BLOCK);
     if given < PANEL_ROWS {
@@ -282,14 +311,13 @@ pub fn unpack_q6_k(cols: usize, rows: &[u8], out: &mut [u8]) {
                     }
                 }
             }
-            let mut offset = 0i32;
-            for (s, &sum) in sums.iter().enumerate() {
-                let scale = b[192 + s] as i8 as i32;
-                put(dst, 4096 + 64 * s + 4 * r, scale.to_le_bytes());
-                offset += scale * -128 * (sum - 16 * 32);
-            }
+            let offset: i32 = sums
+                .iter()
+                .enumerate()
+                .map(|(s, &sum)| b[192 + s] as i8 as i32 * -128 * (sum - 16 * 32))
+                .sum();
             put(dst, 5120 + 4 * r, offset.to_le_bytes());
-            put(dst, 5184 + 4 * r, f16_at(b, 208).to_le_bytes());
+            q6_k_meta(r, b, dst);
         }
     }
 }

@@ -405,8 +405,9 @@ pub fn check_dot_only(k: &TypeKernels, seed: u64, nblocks: usize, style: u64) {
 /// The weight panels of `k` (where it has them) against its row kernel, bit
 /// for bit: a full panel of `w` and 15 more random rows (of weight style
 /// `style`), then a partial one of 5 rows, whose missing rows must come out
-/// 0 (under Miri, only the partial one); all eight activation rows `cols`
-/// through the wide kernel, the last four through the narrow one.
+/// 0; each unpacked byte for byte as the reference unpacker does; all eight
+/// activation rows `cols` through the wide kernel, the last four through
+/// the narrow one.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn check_panel(k: &TypeKernels, n: usize, w: &[u8], cols: &[Vec<u8>], seed: u64, style: u64) {
     let Some(p) = k.panel else {
@@ -423,20 +424,40 @@ fn check_panel(k: &TypeKernels, n: usize, w: &[u8], cols: &[Vec<u8>], seed: u64,
             out
         })
         .collect();
-    // Under Miri (about 1000× slower) the partial panel only.
-    let sizes: &[usize] = if cfg!(miri) { &[5] } else { &[16, 5] };
+    let reference: crate::panel::UnpackFn = match ty {
+        GgmlType::Q8_0 => crate::panel::unpack_q8_0,
+        GgmlType::Q4_0 => crate::panel::unpack_q4_0,
+        GgmlType::Q5_0 => crate::panel::unpack_q5_0,
+        GgmlType::Q4_K => crate::panel::unpack_q4_k,
+        GgmlType::Q6_K => crate::panel::unpack_q6_k,
+        _ => panic!("{ty}: no reference panel unpacker"),
+    };
+    // Under Miri (about 1000× slower) the full panel only, its first three
+    // rows against the row kernel.
+    let (sizes, checked): (&[usize], usize) = if cfg!(miri) {
+        (&[16], 3)
+    } else {
+        (&[16, 5], 16)
+    };
     for &given in sizes {
         let rows: Vec<Vec<u8>> = std::iter::once(w.to_vec())
             .chain((1..given).map(|_| weight_row(&mut rng, ty, n, style)))
             .collect();
         let mut panel = vec![0xAAu8; p.panel_bytes(n)];
         (p.unpack)(n, &rows.concat(), &mut panel);
+        let mut want = vec![0x55u8; p.panel_bytes(n)];
+        reference(n, &rows.concat(), &mut want);
+        assert!(
+            panel == want,
+            "{} {ty}: panel of {given} rows unpacked unlike the reference (seed {seed})",
+            k.isa
+        );
         let mut wide = vec![f32::NAN; 16 * 8];
         (p.wide)(n, &panel, &prepared, &mut wide);
         let mut narrow = vec![f32::NAN; 16 * 4];
         (p.narrow)(n, &panel, &prepared[4 * prow..], &mut narrow);
         for (t, a) in cols.iter().enumerate() {
-            for r in 0..16 {
+            for r in 0..checked {
                 let want = rows.get(r).map_or(0.0, |wr| (k.vec_dot)(n, wr, a));
                 let mut got = vec![wide[16 * t + r]];
                 if t >= 4 {
