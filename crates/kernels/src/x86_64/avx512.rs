@@ -385,8 +385,25 @@ unsafe fn legacy_panel<const T: usize>(
     }
 }
 
+/// `s + x · scale` per i32 lane, exact for `|x| < 2^15` and a scale
+/// `0 ≤ scale < 2^15` (its lane read as the i16 pair `(scale, 0)`): one
+/// `vpdpwssd`, or under Miri (which does not implement it) the same
+/// `vpmaddwd` and add.
+#[inline(always)]
+unsafe fn scale_add(s: __m512i, x: __m512i, scale: __m512i) -> __m512i {
+    // SAFETY: AVX-512F/BW + VNNI are enabled in every caller.
+    unsafe {
+        if cfg!(miri) {
+            _mm512_add_epi32(s, _mm512_madd_epi16(x, scale))
+        } else {
+            _mm512_dpwssd_epi32(s, x, scale)
+        }
+    }
+}
+
 /// A Q4_K panel against `T` prepared rows: per super-block the exact
-/// `Σ_s scale_s · Σ q·a` per lane, then `acc = fma(d_w·d_a, Σ, acc)`; the
+/// `Σ_s scale_s · Σ q·a` per lane (each sub-block's sum in two halves of 16
+/// products, |Σ| ≤ 16·15·128 < 2^15, scaled with [`scale_add`]), then `acc = fma(d_w·d_a, Σ, acc)`; the
 /// mins' chain `accm = fma(dmin_w·d_a, Σ_s min_s · Σa_s, accm)` runs in a
 /// second pass (independent of the first, so the same bits as the row
 /// kernel's interleaved steps, with fewer live registers); the result is
@@ -421,7 +438,7 @@ unsafe fn q4_k_panel<const T: usize>(
                         a0 = _mm512_dpbusd_epi32(a0, w[2 * k], bcast(y.add(8 * k)));
                         a1 = _mm512_dpbusd_epi32(a1, w[2 * k + 1], bcast(y.add(8 * k + 4)));
                     }
-                    s[t] = _mm512_add_epi32(s[t], _mm512_mullo_epi32(_mm512_add_epi32(a0, a1), sc));
+                    s[t] = scale_add(scale_add(s[t], a0, sc), a1, sc);
                 }
             }
             let dw = _mm512_loadu_ps(p.add(4864).cast());
