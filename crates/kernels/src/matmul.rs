@@ -186,23 +186,14 @@ pub fn matmul_many<const N: usize>(
     }
     let acts = &scratch.buf[..arow * tokens];
     let packed = &scratch.packed[..packed_len];
-    // One chunk size over all rows; task ids run through matrix 0's chunks, then 1's, …
     let total_rows: usize = wms.iter().map(|w| w.rows).sum();
-    let chunk = chunk_rows(total_rows, pool.threads());
-    let tasks_of: [usize; N] = std::array::from_fn(|m| wms[m].rows.div_ceil(chunk));
-    let n_tasks: usize = tasks_of.iter().sum();
+    let tasks = RowTasks::new(&wms, chunk_rows(total_rows, pool.threads()));
     let mut ys = ys;
     let outs: [Out<f32>; N] = std::array::from_fn(|m| Out(ys[m].as_mut_ptr()));
     let outs = &outs;
-    pool.run(n_tasks, &|task| {
-        let (mut m, mut t0) = (0, task);
-        while t0 >= tasks_of[m] {
-            t0 -= tasks_of[m];
-            m += 1;
-        }
+    pool.run(tasks.count(), &|task| {
+        let (m, r0, r1) = tasks.locate(task);
         let (w, rows) = (wms[m].data, wms[m].rows);
-        let r0 = t0 * chunk;
-        let r1 = (r0 + chunk).min(rows);
         let a = |t: usize| &acts[t * arow..(t + 1) * arow];
         let out = &outs[m];
         let store = |t: usize, r: usize, v: f32| {
@@ -252,6 +243,38 @@ pub fn matmul_many<const N: usize>(
         }
     });
     Ok(())
+}
+
+/// The row chunks of a call's matrices as tasks: one chunk size over all of
+/// them; task ids run through matrix 0's chunks, then 1's, …
+struct RowTasks<const N: usize> {
+    chunk: usize,
+    rows: [usize; N],
+    tasks_of: [usize; N],
+}
+
+impl<const N: usize> RowTasks<N> {
+    fn new(wms: &[&Weights<'_>; N], chunk: usize) -> Self {
+        let rows = wms.map(|w| w.rows);
+        Self {
+            chunk,
+            rows,
+            tasks_of: rows.map(|r| r.div_ceil(chunk)),
+        }
+    }
+    fn count(&self) -> usize {
+        self.tasks_of.iter().sum()
+    }
+    /// Task `task`'s matrix and rows `r0..r1`.
+    fn locate(&self, task: usize) -> (usize, usize, usize) {
+        let (mut m, mut t) = (0, task);
+        while t >= self.tasks_of[m] {
+            t -= self.tasks_of[m];
+            m += 1;
+        }
+        let r0 = t * self.chunk;
+        (m, r0, (r0 + self.chunk).min(self.rows[m]))
+    }
 }
 
 /// Grows (never shrinks) `buf` to `len` bytes.
@@ -315,14 +338,13 @@ fn panel_matmul<const N: usize>(
         (0..units).for_each(prepare);
     }
     let prepared = &scratch.packed[..padded * prow];
-    // Tasks of whole panels over all matrices; task ids run through matrix
-    // 0's chunks, then 1's, …; each task unpacks into its own panel buffer.
+    // Tasks of whole panels; each unpacks into its own panel buffer.
     let total_rows: usize = wms.iter().map(|w| w.rows).sum();
     let chunk = total_rows
         .div_ceil(pool.threads().max(1) * 4)
         .next_multiple_of(PANEL_ROWS);
-    let tasks_of: [usize; N] = std::array::from_fn(|m| wms[m].rows.div_ceil(chunk));
-    let n_tasks: usize = tasks_of.iter().sum();
+    let tasks = RowTasks::new(&wms, chunk);
+    let n_tasks = tasks.count();
     let pbytes = p.panel_bytes(cols);
     // A task holds a slab of panels at once (at most `PANEL_SLAB_BYTES`) and
     // runs blocks of `PANEL_TOKEN_BLOCK` tokens over the whole slab, so the
@@ -336,14 +358,8 @@ fn panel_matmul<const N: usize>(
     let outs: [Out<f32>; N] = std::array::from_fn(|m| Out(ys[m].as_mut_ptr()));
     let outs = &outs;
     pool.run(n_tasks, &|task| {
-        let (mut m, mut t0) = (0, task);
-        while t0 >= tasks_of[m] {
-            t0 -= tasks_of[m];
-            m += 1;
-        }
+        let (m, r0, r1) = tasks.locate(task);
         let (w, rows) = (wms[m].data, wms[m].rows);
-        let r0 = t0 * chunk;
-        let r1 = (r0 + chunk).min(rows);
         let at = panels_ptr.0.wrapping_add(task * task_bytes);
         // SAFETY: `scratch.panels` holds `n_tasks` buffers of `task_bytes` (grown
         // above); task `task` alone uses buffer `task`, which starts at `at`.
