@@ -342,7 +342,8 @@ fn panel_matmul<const N: usize>(
     let total_rows: usize = wms.iter().map(|w| w.rows).sum();
     let chunk = total_rows
         .div_ceil(pool.threads().max(1) * 4)
-        .next_multiple_of(PANEL_ROWS);
+        .next_multiple_of(PANEL_ROWS)
+        .max(PANEL_ROWS);
     let tasks = RowTasks::new(&wms, chunk);
     let n_tasks = tasks.count();
     let pbytes = p.panel_bytes(cols);
@@ -627,6 +628,28 @@ mod tests {
                             );
                         }
                     }
+                }
+            }
+        }
+    }
+
+    /// A matrix of no rows (or no tokens) is a valid, empty product on every
+    /// path: rows, tiles and panels.
+    #[test]
+    fn empty_products_are_fine() {
+        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+            for ty in [GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K] {
+                let k = kernels_for(ty, isa).unwrap();
+                let cols = 256;
+                for tokens in [0, 1, 9, 40] {
+                    let wm = Weights {
+                        kernels: k,
+                        data: &[],
+                        rows: 0,
+                        cols,
+                    };
+                    let x = vec![0.5f32; tokens * cols];
+                    matmul(&wm, &x, tokens, &mut [], &mut Scratch::new(), &Rayon).unwrap();
                 }
             }
         }
