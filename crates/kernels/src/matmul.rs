@@ -129,6 +129,13 @@ pub fn matmul_many<const N: usize>(
         }
         return Ok(());
     }
+    if cols == 0 {
+        // Empty dot products.
+        for y in ys {
+            y.fill(0.0);
+        }
+        return Ok(());
+    }
     if let Some(panel) = k.panel.filter(|_| tokens >= PANEL_MIN_TOKENS) {
         panel_matmul(panel, wms, x, tokens, ys, scratch, pool);
         return Ok(());
@@ -633,23 +640,27 @@ mod tests {
         }
     }
 
-    /// A matrix of no rows (or no tokens) is a valid, empty product on every
-    /// path: rows, tiles and panels.
+    /// A matrix of no rows or no columns (or no tokens) is a valid product on
+    /// every path (rows, tiles and panels): empty, or zeros.
     #[test]
     fn empty_products_are_fine() {
         for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
             for ty in [GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K] {
                 let k = kernels_for(ty, isa).unwrap();
-                let cols = 256;
                 for tokens in [0, 1, 9, 40] {
-                    let wm = Weights {
-                        kernels: k,
-                        data: &[],
-                        rows: 0,
-                        cols,
-                    };
-                    let x = vec![0.5f32; tokens * cols];
-                    matmul(&wm, &x, tokens, &mut [], &mut Scratch::new(), &Rayon).unwrap();
+                    // No rows of 256 values, then 3 rows of none.
+                    for (rows, cols) in [(0, 256), (3, 0)] {
+                        let wm = Weights {
+                            kernels: k,
+                            data: &[],
+                            rows,
+                            cols,
+                        };
+                        let x = vec![0.5f32; tokens * cols];
+                        let mut y = vec![f32::NAN; tokens * rows];
+                        matmul(&wm, &x, tokens, &mut y, &mut Scratch::new(), &Rayon).unwrap();
+                        assert!(y.iter().all(|&v| v == 0.0), "{isa} {ty} T={tokens}");
+                    }
                 }
             }
         }
