@@ -731,3 +731,82 @@ panel_unpackers! {
     Q4_K, 144, Q4_K_BLOCK, q4_k_meta, k_unpack_q4_k => unpack_q4_k;
     Q6_K, 210, Q6_K_BLOCK, q6_k_meta, k_unpack_q6_k => unpack_q6_k;
 }
+
+/// The quants of sixteen legacy rows (`rb` bytes apart, `nb` blocks of
+/// `wsize` bytes each) into their panel (`out`), two blocks per vector:
+/// each row's pair of blocks decoded unsigned by `quants` (the panel's
+/// `w + 2^shift`), then transposed sixteen rows at a time.
+#[inline(always)]
+unsafe fn unpack_legacy_quants(
+    rows: *const u8,
+    rb: usize,
+    wsize: usize,
+    nb: usize,
+    quants: unsafe fn(*const u8) -> __m256i,
+    out: *mut u8,
+) {
+    use crate::panel::LEGACY_BLOCK;
+    // SAFETY: sixteen rows of `nb` blocks and `nb` panel blocks (the
+    // wrapper's checks); AVX-512 F/BW/VL and AVX2 are enabled in the callers.
+    unsafe {
+        let mut i = 0;
+        while i < nb {
+            let pair = i + 1 < nb;
+            let mut v = [_mm512_setzero_si512(); 16];
+            for (r, v) in v.iter_mut().enumerate() {
+                let x = rows.add(r * rb + i * wsize);
+                let next = if pair {
+                    quants(x.add(wsize))
+                } else {
+                    _mm256_setzero_si256()
+                };
+                *v = cat(quants(x), next);
+            }
+            let o = transpose16(v);
+            for d in 0..8 {
+                store512(out.add(i * LEGACY_BLOCK + 64 * d), o[d]);
+                if pair {
+                    store512(out.add((i + 1) * LEGACY_BLOCK + 64 * d), o[8 + d]);
+                }
+            }
+            i += 2;
+        }
+    }
+}
+
+macro_rules! legacy_unpackers {
+    ($($ty:ident, $size:expr, $quants:ident, $k:ident => $f:ident;)*) => {$(
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        unsafe fn $k(rows: *const u8, rb: usize, nb: usize, out: *mut u8) {
+            // SAFETY: forwarded from the wrapper's checks.
+            unsafe { unpack_legacy_quants(rows, rb, $size, nb, $quants, out) }
+        }
+        /// [`crate::panel`]'s unpacker of this type for whole panels with AVX-512
+        /// (partial ones take the reference).
+        pub(crate) fn $f(cols: usize, rows: &[u8], out: &mut [u8]) {
+            use crate::panel::{LEGACY_BLOCK, PANEL_ROWS};
+            let (nb, given) = crate::panel::panel_shape(GgmlType::$ty, cols, rows, out, LEGACY_BLOCK);
+            if given < PANEL_ROWS {
+                return crate::panel::$f(cols, rows, out);
+            }
+            let rb = nb * $size;
+            // SAFETY: sixteen whole rows of `nb` blocks and `nb` panel blocks (checked
+            // above); reachable only through the AVX512 table, handed out after
+            // AVX-512 F/BW/VL + VNNI were detected.
+            unsafe { $k(rows.as_ptr(), rb, nb, out.as_mut_ptr()) };
+            for (i, dst) in out.chunks_exact_mut(LEGACY_BLOCK).enumerate() {
+                for r in 0..PANEL_ROWS {
+                    let b = &rows[r * rb + i * $size..][..2];
+                    let d = crate::scalar::f16f(half::f16::from_le_bytes([b[0], b[1]]));
+                    dst[512 + 4 * r..516 + 4 * r].copy_from_slice(&d.to_le_bytes());
+                }
+            }
+        }
+    )*};
+}
+
+legacy_unpackers! {
+    Q8_0, 34, q8_0_unsigned, k_unpack_q8_0 => unpack_q8_0;
+    Q4_0, 18, q4_0_unsigned, k_unpack_q4_0 => unpack_q4_0;
+    Q5_0, 22, q5_0_unsigned, k_unpack_q5_0 => unpack_q5_0;
+}
