@@ -241,7 +241,7 @@ pub fn attention_on(
                     // rows are not aliased.
                     let oh = unsafe { std::slice::from_raw_parts_mut(out_ptr.0.add(o_start), len) };
                     let args = RowArgs {
-                        q: &q[o_start..o_start + nh * hd],
+                        q: &q[o_start..o_start + len],
                         head_dim: hd,
                         k,
                         v,

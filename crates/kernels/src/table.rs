@@ -221,6 +221,9 @@ mod tests {
         for isa in Isa::ALL {
             for k in table(isa) {
                 assert_eq!(k.activation, scalar(k.weight).activation);
+                if let Some(p) = k.panel {
+                    assert_eq!(p.block_values, k.weight.block_size(), "{isa} {}", k.weight);
+                }
             }
             let types: Vec<_> = table(isa).iter().map(|k| k.weight).collect();
             let want: Vec<_> = SCALAR.iter().map(|k| k.weight).collect();
