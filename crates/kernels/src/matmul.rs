@@ -8,7 +8,7 @@
 //! 1×16/1×8/1×4 tiles, which unpack a weight block once for all their columns; otherwise groups
 //! of 4 through [`TypeKernels::vec_dot_x4`]. The rest (and `T = 1`, the
 //! memory-bound decode case) stream rows through [`TypeKernels::vec_dot`].
-//! Batches of [`PANEL_MIN_TOKENS`] or more take the weight panels where the
+//! Batches of [`PanelFns::min_tokens`] or more take the weight panels where the
 //! ISA has them ([`TypeKernels::panel`]): each task unpacks its rows sixteen
 //! at a time, once per call, and multiplies them against every token.
 //! Once the scratch is large enough, a call allocates nothing.
@@ -18,14 +18,14 @@ use crate::panel::{PANEL_ROWS, PANEL_TOKENS, PanelFns};
 use crate::pool::ThreadPool;
 use crate::{KernelError, TypeKernels};
 
-/// Batches of at least this many tokens take the weight panels, where the
-/// ISA has them: below it, unpacking a panel costs more than the tiles'
-/// shuffles it saves.
-pub const PANEL_MIN_TOKENS: usize = 32;
 /// Unpacked panels one panel task holds at once, at most (bytes).
-const PANEL_SLAB_BYTES: usize = 1 << 20;
-/// Tokens run over a slab of panels before the next ones (a multiple of
-/// [`PANEL_TOKENS`]).
+const PANEL_SLAB_BYTES: usize = 256 << 10;
+/// Prepared activations run over a slab of panels before the next ones, at
+/// most (bytes; always at least [`PANEL_TOKENS`] tokens, at most
+/// [`PANEL_TOKEN_BLOCK`]). Slab and block together stay inside a 512 KiB L2.
+const PANEL_ACT_BLOCK_BYTES: usize = 128 << 10;
+/// Tokens run over a slab of panels before the next ones, at most (a
+/// multiple of [`PANEL_TOKENS`]).
 const PANEL_TOKEN_BLOCK: usize = 128;
 
 /// Reusable buffer for the quantized activations of one call.
@@ -136,7 +136,7 @@ pub fn matmul_many<const N: usize>(
         }
         return Ok(());
     }
-    if let Some(panel) = k.panel.filter(|_| tokens >= PANEL_MIN_TOKENS) {
+    if let Some(panel) = k.panel.filter(|p| tokens >= p.min_tokens) {
         panel_matmul(panel, wms, x, tokens, ys, scratch, pool);
         return Ok(());
     }
@@ -359,6 +359,8 @@ fn panel_matmul<const N: usize>(
     // block's prepared activations stay in cache across its panels.
     let slab = (PANEL_SLAB_BYTES / pbytes).clamp(1, chunk / PANEL_ROWS);
     let task_bytes = slab * pbytes;
+    let token_block = (PANEL_ACT_BLOCK_BYTES / prow / PANEL_TOKENS * PANEL_TOKENS)
+        .clamp(PANEL_TOKENS, PANEL_TOKEN_BLOCK);
     grow(&mut scratch.panels, n_tasks * task_bytes);
     let panels_ptr = Out(scratch.panels.as_mut_ptr());
     let panels_ptr = &panels_ptr;
@@ -380,8 +382,8 @@ fn panel_matmul<const N: usize>(
                 let re = (r + PANEL_ROWS).min(s1);
                 (p.unpack)(cols, &w[r * wrow..re * wrow], panel);
             }
-            for b0 in (0..padded).step_by(PANEL_TOKEN_BLOCK) {
-                let b1 = (b0 + PANEL_TOKEN_BLOCK).min(padded);
+            for b0 in (0..padded).step_by(token_block) {
+                let b1 = (b0 + token_block).min(padded);
                 for (r, panel) in starts.clone().zip(buf.chunks_exact(pbytes)) {
                     let re = (r + PANEL_ROWS).min(s1);
                     let mut t = b0;

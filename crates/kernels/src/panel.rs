@@ -36,6 +36,12 @@
 //!   bytes): `d` as f32 and the quants plus 128, unsigned, so that signed
 //!   weights meet unsigned activations in `vpdpbusd`; the super-block sum
 //!   starts from the row's stored term, which takes the 128 back.
+//! * Q8_0 as i16 (AVX2, 1088 bytes per 32 values): for pair `k` in 0..16,
+//!   64 bytes holding quants `2k, 2k+1` of each row as an i16 pair; then the
+//!   rows' 16 scales as f32. Prepared activations (68 bytes): the 32 quants
+//!   as i16 and the scale as f32. `vpmaddubsw` would saturate on full 8-bit
+//!   quants against 8-bit activations, so these are multiplied with
+//!   `vpmaddwd`, two values per lane.
 
 use half::f16;
 
@@ -73,6 +79,9 @@ pub struct PanelFns {
     pub act_block_bytes: usize,
     /// Values per weight block.
     pub block_values: usize,
+    /// Batches of at least this many tokens take the panels: below it,
+    /// unpacking a panel costs more than the tiles' shuffles it saves.
+    pub min_tokens: usize,
 }
 
 impl PanelFns {
@@ -89,6 +98,9 @@ impl PanelFns {
 /// Bytes per block of the legacy panel and of its prepared activations.
 pub const LEGACY_BLOCK: usize = 576;
 pub const LEGACY_ACT: usize = 40;
+/// Bytes per block of the Q8_0 i16 panel and of its prepared activations.
+pub const Q8_0_I16_BLOCK: usize = 1088;
+pub const Q8_0_I16_ACT: usize = 68;
 /// Bytes per super-block of the Q4_K panel and of its prepared activations.
 pub const Q4_K_BLOCK: usize = 4992;
 pub const Q4_K_ACT: usize = 276;
@@ -207,6 +219,40 @@ pub fn prepare_q4_0(cols: usize, act: &[u8], out: &mut [u8]) {
 }
 pub fn prepare_q5_0(cols: usize, act: &[u8], out: &mut [u8]) {
     prepare_legacy(4, cols, act, out);
+}
+
+/// The Q8_0 i16 panel (see the module doc).
+pub fn unpack_q8_0_i16(cols: usize, rows: &[u8], out: &mut [u8]) {
+    let (nb, given) = panel_shape(GgmlType::Q8_0, cols, rows, out, Q8_0_I16_BLOCK);
+    if given < PANEL_ROWS {
+        out.fill(0);
+    }
+    for r in 0..given {
+        let row = &rows[r * nb * 34..(r + 1) * nb * 34];
+        for (b, dst) in row
+            .chunks_exact(34)
+            .zip(out.chunks_exact_mut(Q8_0_I16_BLOCK))
+        {
+            for k in 0..16 {
+                let (lo, hi) = (b[2 + 2 * k] as i8 as i16, b[3 + 2 * k] as i8 as i16);
+                let pair = lo as u16 as u32 | (hi as u16 as u32) << 16;
+                put(dst, 64 * k + 4 * r, pair.to_le_bytes());
+            }
+            put(dst, 1024 + 4 * r, f16_at(b, 0).to_le_bytes());
+        }
+    }
+}
+
+/// Q8_0 activations for the Q8_0 i16 panel.
+pub fn prepare_q8_0_i16(cols: usize, act: &[u8], out: &mut [u8]) {
+    let nb = row_blocks(GgmlType::Q8_0, cols, act);
+    assert_eq!(out.len(), nb * Q8_0_I16_ACT, "prepared Q8_0 row size");
+    for (b, dst) in act.chunks_exact(34).zip(out.chunks_exact_mut(Q8_0_I16_ACT)) {
+        for (d, &q) in dst[..64].chunks_exact_mut(2).zip(&b[2..]) {
+            d.copy_from_slice(&(q as i8 as i16).to_le_bytes());
+        }
+        put(dst, 64, f16_at(b, 0).to_le_bytes());
+    }
 }
 
 /// Row `r`'s Q4_K scales, mins, `d` and `dmin` of block `b` in its panel block.

@@ -425,6 +425,9 @@ fn check_panel(k: &TypeKernels, n: usize, w: &[u8], cols: &[Vec<u8>], seed: u64,
         })
         .collect();
     let reference: crate::panel::UnpackFn = match ty {
+        GgmlType::Q8_0 if p.block_bytes == crate::panel::Q8_0_I16_BLOCK => {
+            crate::panel::unpack_q8_0_i16
+        }
         GgmlType::Q8_0 => crate::panel::unpack_q8_0,
         GgmlType::Q4_0 => crate::panel::unpack_q4_0,
         GgmlType::Q5_0 => crate::panel::unpack_q5_0,

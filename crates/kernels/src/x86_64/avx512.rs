@@ -543,7 +543,7 @@ macro_rules! panel_fns {
 
 /// Checks a panel call's buffers; returns (blocks, prepared row bytes).
 #[allow(clippy::too_many_arguments)]
-fn panel_call(
+pub(super) fn panel_call(
     ty: &str,
     bs: usize,
     cols: usize,

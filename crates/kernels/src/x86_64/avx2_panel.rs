@@ -1,0 +1,381 @@
+//! Weight panels ([`crate::panel`]) on AVX2: the AVX-512 layouts, multiplied
+//! with `vpmaddubsw` in place of `vpdpbusd`.
+//!
+//! `vpmaddubsw` sums adjacent pairs of `u8 · i8` products into saturating
+//! i16 lanes, so each kernel adds as many of them in i16 as the quants' range
+//! allows without saturating, then widens once with `vpmaddwd` (by 1, or by
+//! the sub-block's scale): on this ISA the widening and the float steps take
+//! the same two pipes as `vpmaddubsw`, and every one saved is a multiply-add
+//! won. Q8_0 (full 8-bit quants against 8-bit activations) would saturate
+//! one pair, so its panel holds i16 quants for `vpmaddwd`.
+//!
+//! A 256-bit vector holds half a panel (eight rows), and sixteen registers
+//! hold the i16 and i32 sums and the float accumulator of four tokens: each
+//! kernel makes one pass per half and per group of four tokens, every pass
+//! computing its (row, token) results with the row kernel's bits.
+
+use std::arch::x86_64::*;
+
+use crate::panel::{
+    LEGACY_ACT, LEGACY_BLOCK, Q4_K_ACT, Q4_K_BLOCK, Q6_K_ACT, Q6_K_BLOCK, Q8_0_I16_ACT,
+    Q8_0_I16_BLOCK,
+};
+
+/// Tokens per pass.
+const G: usize = 4;
+
+#[inline(always)]
+unsafe fn load(p: *const u8) -> __m256i {
+    // SAFETY: the caller passes 32 readable bytes; unaligned load.
+    unsafe { _mm256_loadu_si256(p.cast()) }
+}
+
+#[inline(always)]
+unsafe fn bcast(p: *const u8) -> __m256i {
+    // SAFETY: the caller passes four readable bytes.
+    unsafe { _mm256_set1_epi32(p.cast::<i32>().read_unaligned()) }
+}
+
+#[inline(always)]
+unsafe fn bcast_ps(p: *const u8) -> __m256 {
+    // SAFETY: the caller passes four readable bytes.
+    unsafe { _mm256_set1_ps(p.cast::<f32>().read_unaligned()) }
+}
+
+/// `acc + d_w · d_a · Σ` per lane, in the row kernels' order:
+/// `fma(d_w·d_a, Σ, acc)`.
+#[inline(always)]
+unsafe fn float_step(acc: __m256, dw: __m256, da: *const u8, sum: __m256i) -> __m256 {
+    // SAFETY: `da` has four readable bytes; AVX2/FMA are enabled in the callers.
+    unsafe {
+        _mm256_fmadd_ps(
+            _mm256_mul_ps(dw, bcast_ps(da)),
+            _mm256_cvtepi32_ps(sum),
+            acc,
+        )
+    }
+}
+
+/// One block-half of a legacy panel (`p`, eight rows) against `T` tokens'
+/// blocks (`ys`): each token's exact sum `Σ(w + o)·a − o·Σa`, then the row
+/// kernel's `acc = fma(d_w·d_a, Σ, acc)` on its chain. The block's weights
+/// are loaded once for all the tokens. `STEPS` quant dwords are summed in
+/// i16 before widening.
+#[inline(always)]
+unsafe fn legacy_block<const T: usize, const STEPS: usize>(
+    p: *const u8,
+    ys: [*const u8; T],
+    acc: &mut [__m256; T],
+) {
+    // SAFETY: a whole panel block-half at `p` and a whole prepared block per
+    // token (the wrapper's checks); AVX2/FMA are enabled in the callers.
+    unsafe {
+        let ones = _mm256_set1_epi16(1);
+        let w: [__m256i; 8] = std::array::from_fn(|k| load(p.add(64 * k)));
+        let dw = _mm256_loadu_ps(p.add(512).cast());
+        for t in 0..T {
+            let y = ys[t];
+            // The sum starts at `−Σa · 2^shift`, which takes the weights' offset back.
+            let mut s32 = bcast(y.add(36));
+            for g in (0..8).step_by(STEPS) {
+                let mut s16 = _mm256_maddubs_epi16(w[g], bcast(y.add(4 * g)));
+                for (k, &wk) in w.iter().enumerate().take(g + STEPS).skip(g + 1) {
+                    let m = _mm256_maddubs_epi16(wk, bcast(y.add(4 * k)));
+                    s16 = _mm256_add_epi16(s16, m);
+                }
+                s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(s16, ones));
+            }
+            acc[t] = float_step(acc[t], dw, y.add(32), s32);
+        }
+    }
+}
+
+/// A legacy panel against `T` tokens: even and odd blocks in two chains,
+/// added at the end (the row kernels' order). Block by block, each half's
+/// weights loaded once for every token; the accumulators live in memory.
+#[inline(always)]
+unsafe fn legacy_panel<const T: usize, const STEPS: usize>(
+    nb: usize,
+    panel: *const u8,
+    acts: *const u8,
+    arow: usize,
+    out: *mut f32,
+) {
+    // SAFETY: `nb` panel blocks, `T` prepared rows and `16·T` output floats
+    // (the wrapper's checks); AVX2/FMA are enabled in the callers.
+    unsafe {
+        // [chain][half][token]
+        let mut acc = [[[_mm256_setzero_ps(); T]; 2]; 2];
+        for i in 0..nb {
+            let ys: [*const u8; T] = std::array::from_fn(|t| acts.add(t * arow + i * LEGACY_ACT));
+            let chain = &mut acc[i % 2];
+            for (h, acc) in chain.iter_mut().enumerate() {
+                legacy_block::<T, STEPS>(panel.add(i * LEGACY_BLOCK + 32 * h), ys, acc);
+            }
+        }
+        let [even, odd] = acc;
+        for (h, (even, odd)) in even.iter().zip(&odd).enumerate() {
+            for (t, (&e, &o)) in even.iter().zip(odd).enumerate() {
+                _mm256_storeu_ps(out.add(16 * t + 8 * h), _mm256_add_ps(e, o));
+            }
+        }
+    }
+}
+
+/// A Q8_0 i16 panel against `T` tokens, four at a time: per block, each
+/// pair of quants (both halves, in registers) meets each token's broadcast
+/// pair of activations in `vpmaddwd`; the exact i32 sums then take the row
+/// kernel's float step on the block's chain (even or odd), whose
+/// accumulators live in memory.
+#[inline(always)]
+unsafe fn q8_0_panel<const T: usize>(
+    nb: usize,
+    panel: *const u8,
+    acts: *const u8,
+    arow: usize,
+    out: *mut f32,
+) {
+    // SAFETY: `nb` panel blocks, `T` prepared rows and `16·T` output floats
+    // (the wrapper's checks); AVX2/FMA are enabled in the callers.
+    unsafe {
+        // [chain][token][half]
+        let mut acc = [[[_mm256_setzero_ps(); 2]; T]; 2];
+        for i in 0..nb {
+            let p = panel.add(i * Q8_0_I16_BLOCK);
+            let chain = &mut acc[i % 2];
+            for t0 in (0..T).step_by(G) {
+                let y: [*const u8; G] =
+                    std::array::from_fn(|t| acts.add((t0 + t) * arow + i * Q8_0_I16_ACT));
+                let mut s32 = [[_mm256_setzero_si256(); 2]; G];
+                for k in 0..16 {
+                    let w = [load(p.add(64 * k)), load(p.add(64 * k + 32))];
+                    for t in 0..G {
+                        let a = bcast(y[t].add(4 * k));
+                        for h in 0..2 {
+                            s32[t][h] = _mm256_add_epi32(s32[t][h], _mm256_madd_epi16(w[h], a));
+                        }
+                    }
+                }
+                for (t, s32) in s32.iter().enumerate() {
+                    for (h, &s) in s32.iter().enumerate() {
+                        let dw = _mm256_loadu_ps(p.add(1024 + 32 * h).cast());
+                        let acc = &mut chain[t0 + t][h];
+                        *acc = float_step(*acc, dw, y[t].add(64), s);
+                    }
+                }
+            }
+        }
+        let [even, odd] = acc;
+        for (t, (even, odd)) in even.iter().zip(&odd).enumerate() {
+            for (h, (&e, &o)) in even.iter().zip(odd).enumerate() {
+                _mm256_storeu_ps(out.add(16 * t + 8 * h), _mm256_add_ps(e, o));
+            }
+        }
+    }
+}
+
+/// Half `h` of a Q4_K panel against four tokens: `acc − accm`, the sums of
+/// scaled quant products and of scaled mins in two passes (each its own
+/// chain, as in the row kernel).
+#[inline(always)]
+unsafe fn q4_k_half(nb: usize, panel: *const u8, ys: [*const u8; G]) -> [__m256; G] {
+    // SAFETY: as for [`legacy_block`], with Q4_K panel and prepared blocks.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); G];
+        for i in 0..nb {
+            let p = panel.add(i * Q4_K_BLOCK);
+            let y: [*const u8; G] = std::array::from_fn(|t| ys[t].add(i * Q4_K_ACT));
+            let mut s32 = [_mm256_setzero_si256(); G];
+            for s in 0..8 {
+                // The scale (< 64, an i32 lane) as the i16 pair (scale, scale).
+                let sc = load(p.add(4096 + 64 * s));
+                let sc = _mm256_or_si256(sc, _mm256_slli_epi32::<16>(sc));
+                // Eight dwords of quants 0..15 against i8 activations: each
+                // i16 lane at most 8 · 2 · 15 · 128 < 2^15.
+                let mut s16 = [_mm256_setzero_si256(); G];
+                for k in 0..8 {
+                    let w = load(p.add(512 * s + 64 * k));
+                    for t in 0..G {
+                        let m = _mm256_maddubs_epi16(w, bcast(y[t].add(4 + 32 * s + 4 * k)));
+                        s16[t] = _mm256_add_epi16(s16[t], m);
+                    }
+                }
+                for t in 0..G {
+                    s32[t] = _mm256_add_epi32(s32[t], _mm256_madd_epi16(s16[t], sc));
+                }
+            }
+            let dw = _mm256_loadu_ps(p.add(4864).cast());
+            for t in 0..G {
+                acc[t] = float_step(acc[t], dw, y[t], s32[t]);
+            }
+        }
+        let mut accm = [_mm256_setzero_ps(); G];
+        for i in 0..nb {
+            let p = panel.add(i * Q4_K_BLOCK);
+            let y: [*const u8; G] = std::array::from_fn(|t| ys[t].add(i * Q4_K_ACT));
+            let mut m32 = [_mm256_setzero_si256(); G];
+            for pair in 0..4 {
+                let mins = load(p.add(4608 + 64 * pair));
+                for t in 0..G {
+                    let m = _mm256_madd_epi16(mins, bcast(y[t].add(260 + 4 * pair)));
+                    m32[t] = _mm256_add_epi32(m32[t], m);
+                }
+            }
+            let dmin = _mm256_loadu_ps(p.add(4928).cast());
+            for t in 0..G {
+                accm[t] = float_step(accm[t], dmin, y[t], m32[t]);
+            }
+        }
+        std::array::from_fn(|t| _mm256_sub_ps(acc[t], accm[t]))
+    }
+}
+
+/// Half `h` of a Q6_K panel against four tokens.
+#[inline(always)]
+unsafe fn q6_k_half(nb: usize, panel: *const u8, ys: [*const u8; G]) -> [__m256; G] {
+    // SAFETY: as for [`legacy_block`], with Q6_K panel and prepared blocks.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); G];
+        for i in 0..nb {
+            let p = panel.add(i * Q6_K_BLOCK);
+            let y: [*const u8; G] = std::array::from_fn(|t| ys[t].add(i * Q6_K_ACT));
+            // The row's stored term takes the activations' +128 back.
+            let mut s32 = [load(p.add(5120)); G];
+            for s in 0..16 {
+                // The scale (an i8, sign-extended in its i32 lane) as the i16
+                // pair (scale, scale).
+                let sc = load(p.add(4096 + 64 * s));
+                let sc = _mm256_blend_epi16::<0b1010_1010>(sc, _mm256_slli_epi32::<16>(sc));
+                // Two dwords of (a + 128) · (q − 32) per i16 sum: at most
+                // 2 · 2 · 255 · 32 < 2^15.
+                for j in 0..2 {
+                    let (w0, w1) = (
+                        load(p.add(256 * s + 128 * j)),
+                        load(p.add(256 * s + 128 * j + 64)),
+                    );
+                    for t in 0..G {
+                        let a = y[t].add(4 + 16 * s + 8 * j);
+                        let m0 = _mm256_maddubs_epi16(bcast(a), w0);
+                        let m1 = _mm256_maddubs_epi16(bcast(a.add(4)), w1);
+                        let s16 = _mm256_add_epi16(m0, m1);
+                        s32[t] = _mm256_add_epi32(s32[t], _mm256_madd_epi16(s16, sc));
+                    }
+                }
+            }
+            let dw = _mm256_loadu_ps(p.add(5184).cast());
+            for t in 0..G {
+                acc[t] = float_step(acc[t], dw, y[t], s32[t]);
+            }
+        }
+        acc
+    }
+}
+
+/// A K-quant panel against `T` tokens, half by half and four tokens at a time.
+#[inline(always)]
+unsafe fn k_panel<const T: usize>(
+    nb: usize,
+    panel: *const u8,
+    acts: *const u8,
+    arow: usize,
+    out: *mut f32,
+    half: unsafe fn(usize, *const u8, [*const u8; G]) -> [__m256; G],
+) {
+    // SAFETY: as for [`legacy_panel`].
+    unsafe {
+        for t0 in (0..T).step_by(G) {
+            let ys = std::array::from_fn(|t| acts.add((t0 + t) * arow));
+            for h in 0..2 {
+                let r = half(nb, panel.add(32 * h), ys);
+                for (t, &r) in r.iter().enumerate() {
+                    _mm256_storeu_ps(out.add(16 * (t0 + t) + 8 * h), r);
+                }
+            }
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn q4_k_half_avx2(nb: usize, panel: *const u8, ys: [*const u8; G]) -> [__m256; G] {
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { q4_k_half(nb, panel, ys) }
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn q6_k_half_avx2(nb: usize, panel: *const u8, ys: [*const u8; G]) -> [__m256; G] {
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { q6_k_half(nb, panel, ys) }
+}
+
+#[inline(always)]
+unsafe fn q6_k_panel<const T: usize>(
+    nb: usize,
+    panel: *const u8,
+    acts: *const u8,
+    arow: usize,
+    out: *mut f32,
+) {
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { k_panel::<T>(nb, panel, acts, arow, out, q6_k_half_avx2) }
+}
+
+#[inline(always)]
+unsafe fn q4_k_panel<const T: usize>(
+    nb: usize,
+    panel: *const u8,
+    acts: *const u8,
+    arow: usize,
+    out: *mut f32,
+) {
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { k_panel::<T>(nb, panel, acts, arow, out, q4_k_half_avx2) }
+}
+
+macro_rules! avx2_panel_fns {
+    ($($ty:literal, $values:literal, $block:expr, $act:expr,
+       $kw:ident => $wide:ident, $kn:ident => $narrow:ident: $body:expr;)*) => {$(
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn $kw(nb: usize, panel: *const u8, acts: *const u8, arow: usize, out: *mut f32) {
+            const T: usize = crate::panel::PANEL_TOKENS;
+            // SAFETY: forwarded from the wrapper's checks.
+            unsafe { $body(nb, panel, acts, arow, out) }
+        }
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn $kn(nb: usize, panel: *const u8, acts: *const u8, arow: usize, out: *mut f32) {
+            const T: usize = crate::panel::PANEL_TOKENS / 2;
+            // SAFETY: forwarded from the wrapper's checks.
+            unsafe { $body(nb, panel, acts, arow, out) }
+        }
+        pub(crate) fn $wide(cols: usize, panel: &[u8], acts: &[u8], out: &mut [f32]) {
+            let (nb, arow) = super::avx512::panel_call(
+                $ty, $values, cols, panel, $block, acts, $act, out, crate::panel::PANEL_TOKENS,
+            );
+            // SAFETY: `nb` panel blocks, the tokens' prepared rows and their outputs
+            // (checked above); reachable only through the AVX2 table, handed out
+            // after AVX2 and FMA were detected.
+            unsafe { $kw(nb, panel.as_ptr(), acts.as_ptr(), arow, out.as_mut_ptr()) }
+        }
+        pub(crate) fn $narrow(cols: usize, panel: &[u8], acts: &[u8], out: &mut [f32]) {
+            let (nb, arow) = super::avx512::panel_call(
+                $ty, $values, cols, panel, $block, acts, $act, out, crate::panel::PANEL_TOKENS / 2,
+            );
+            // SAFETY: as for the wide kernel.
+            unsafe { $kn(nb, panel.as_ptr(), acts.as_ptr(), arow, out.as_mut_ptr()) }
+        }
+    )*};
+}
+
+avx2_panel_fns! {
+    "Q8_0", 32, Q8_0_I16_BLOCK, Q8_0_I16_ACT, k_panel8_q8_0 => panel8_q8_0, k_panel4_q8_0 => panel4_q8_0:
+        q8_0_panel::<T>;
+    // Q4_0 quants + 8 (0..15): eight dwords per i16 sum, 8 · 2 · 15 · 128 < 2^15.
+    "Q4_0", 32, LEGACY_BLOCK, LEGACY_ACT, k_panel8_q4_0 => panel8_q4_0, k_panel4_q4_0 => panel4_q4_0:
+        legacy_panel::<T, 8>;
+    // Q5_0 quants + 16 (0..31): four dwords per i16 sum, 4 · 2 · 31 · 128 < 2^15.
+    "Q5_0", 32, LEGACY_BLOCK, LEGACY_ACT, k_panel8_q5_0 => panel8_q5_0, k_panel4_q5_0 => panel4_q5_0:
+        legacy_panel::<T, 4>;
+    "Q4_K", 256, Q4_K_BLOCK, Q4_K_ACT, k_panel8_q4_k => panel8_q4_k, k_panel4_q4_k => panel4_q4_k:
+        q4_k_panel::<T>;
+    "Q6_K", 256, Q6_K_BLOCK, Q6_K_ACT, k_panel8_q6_k => panel8_q6_k, k_panel4_q6_k => panel4_q6_k:
+        q6_k_panel::<T>;
+}
