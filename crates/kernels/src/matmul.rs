@@ -367,9 +367,25 @@ fn panel_matmul<const N: usize>(
     let mut ys = ys;
     let outs: [Out<f32>; N] = std::array::from_fn(|m| Out(ys[m].as_mut_ptr()));
     let outs = &outs;
+    let calls_per_slab = slab * padded.div_ceil(PANEL_TOKENS);
     pool.run(n_tasks, &|task| {
         let (m, r0, r1) = tasks.locate(task);
         let (w, rows) = (wms[m].data, wms[m].rows);
+        // The weight rows one slab further on (in this task, else the first
+        // slab of the task this thread most likely takes next), fetched
+        // while this slab computes, so that unpacking them does not wait
+        // for memory.
+        let ahead = |s1: usize| -> &[u8] {
+            let (m, a0, a1) = if s1 < r1 {
+                (m, s1, r1)
+            } else if task + pool.threads() < n_tasks {
+                tasks.locate(task + pool.threads())
+            } else {
+                return &[];
+            };
+            let a1 = a1.min(a0 + slab * PANEL_ROWS);
+            &wms[m].data[a0 * wrow..a1 * wrow]
+        };
         let at = panels_ptr.0.wrapping_add(task * task_bytes);
         // SAFETY: `scratch.panels` holds `n_tasks` buffers of `task_bytes` (grown
         // above); task `task` alone uses buffer `task`, which starts at `at`.
@@ -382,6 +398,7 @@ fn panel_matmul<const N: usize>(
                 let re = (r + PANEL_ROWS).min(s1);
                 (p.unpack)(cols, &w[r * wrow..re * wrow], panel);
             }
+            let mut prefetch = Prefetch::new(ahead(s1), calls_per_slab);
             for b0 in (0..padded).step_by(token_block) {
                 let b1 = (b0 + token_block).min(padded);
                 for (r, panel) in starts.clone().zip(buf.chunks_exact(pbytes)) {
@@ -399,6 +416,7 @@ fn panel_matmul<const N: usize>(
                             &prepared[t * prow..(t + n) * prow],
                             &mut out[..PANEL_ROWS * n],
                         );
+                        prefetch.step();
                         for c in 0..n.min(tokens - t) {
                             // A whole panel's row of outputs is one fixed-size copy (a
                             // vector store rather than a `memcpy` call).
@@ -425,6 +443,44 @@ fn panel_matmul<const N: usize>(
             }
         }
     });
+}
+
+/// Walks a byte range a cache line at a time over a number of steps,
+/// hinting each line into the core's caches (a no-op off x86-64).
+struct Prefetch {
+    at: *const u8,
+    end: *const u8,
+    lines_per_step: usize,
+}
+
+impl Prefetch {
+    const LINE: usize = 64;
+
+    fn new(bytes: &[u8], steps: usize) -> Self {
+        let lines = bytes.len().div_ceil(Self::LINE);
+        Self {
+            at: bytes.as_ptr(),
+            end: bytes.as_ptr().wrapping_add(bytes.len()),
+            lines_per_step: lines.div_ceil(steps.max(1)),
+        }
+    }
+
+    #[inline]
+    fn step(&mut self) {
+        for _ in 0..self.lines_per_step {
+            if self.at >= self.end {
+                return;
+            }
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: a prefetch is a hint that never faults, and `at` lies
+            // inside the slice given to `new`; SSE is part of x86-64.
+            unsafe {
+                use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
+                _mm_prefetch::<_MM_HINT_T1>(self.at.cast());
+            }
+            self.at = self.at.wrapping_add(Self::LINE);
+        }
+    }
 }
 
 /// How a call's tokens are grouped for the tiles: groups of 16 where the

@@ -415,20 +415,28 @@ unsafe fn store(p: *mut u8, v: __m256i) {
     unsafe { _mm256_storeu_si256(p.cast(), v) }
 }
 
-/// The rows' f16 scales at byte `at` of each block `i` as f32 at `dst`
-/// (sixteen rows `rb` bytes apart).
-fn scales_f32(rows: &[u8], rb: usize, at: usize, dst: &mut [u8]) {
-    for r in 0..crate::panel::PANEL_ROWS {
-        let b = &rows[r * rb + at..][..2];
-        let d = crate::scalar::f16f(half::f16::from_le_bytes([b[0], b[1]]));
-        dst[4 * r..4 * r + 4].copy_from_slice(&d.to_le_bytes());
+/// The f16 scales of block `i` of sixteen rows (`wsize` bytes per block,
+/// the scale first) as f32 at `dst`.
+#[inline(always)]
+unsafe fn scales_f32(rows: *const u8, rb: usize, wsize: usize, i: usize, dst: *mut u8) {
+    // SAFETY: sixteen rows of at least `i + 1` blocks and 64 writable bytes
+    // at `dst` (the callers' contract); AVX2 and F16C are enabled in them.
+    unsafe {
+        let bits: [u16; 16] =
+            std::array::from_fn(|r| rows.add(r * rb + wsize * i).cast::<u16>().read_unaligned());
+        let v = _mm256_loadu_si256(bits.as_ptr().cast());
+        _mm256_storeu_ps(dst.cast(), _mm256_cvtph_ps(_mm256_castsi256_si128(v)));
+        _mm256_storeu_ps(
+            dst.add(32).cast(),
+            _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(v)),
+        );
     }
 }
 
 /// The quants of block `i` of sixteen Q8_0 rows (`rb` bytes apart) as the
 /// i16 panel's pairs: each row sign-extended to two vectors of eight pairs,
 /// transposed eight rows at a time.
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn k_unpack_q8_0_i16(rows: *const u8, rb: usize, i: usize, dst: *mut u8) {
     // SAFETY: sixteen rows of at least `i + 1` blocks and a whole panel block
     // at `dst` (the wrapper's checks); AVX2 is enabled.
@@ -446,6 +454,7 @@ unsafe fn k_unpack_q8_0_i16(rows: *const u8, rb: usize, i: usize, dst: *mut u8) 
                 store(dst.add(64 * (8 + k) + 32 * h), hi[k]);
             }
         }
+        scales_f32(rows, rb, 34, i, dst.add(1024));
     }
 }
 
@@ -470,15 +479,16 @@ unsafe fn unpack_legacy_block(
                 store(dst.add(64 * k + 32 * h), o);
             }
         }
+        scales_f32(rows, rb, wsize, i, dst.add(512));
     }
 }
 
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn k_unpack_q4_0(rows: *const u8, rb: usize, i: usize, dst: *mut u8) {
     // SAFETY: forwarded from the wrapper's checks.
     unsafe { unpack_legacy_block(rows, rb, 18, i, super::avx2::q4_0_unsigned, dst) }
 }
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn k_unpack_q5_0(rows: *const u8, rb: usize, i: usize, dst: *mut u8) {
     // SAFETY: forwarded from the wrapper's checks.
     unsafe { unpack_legacy_block(rows, rb, 22, i, super::avx2::q5_0_unsigned, dst) }
@@ -573,7 +583,8 @@ unsafe fn k_unpack_q6_k(rows: *const u8, rb: usize, i: usize, dst: *mut u8) {
 macro_rules! avx2_unpackers {
     ($($ty:ident, $size:expr, $block:ident, $k:ident => $f:ident, $reference:ident: $meta:expr;)*) => {$(
         /// [`crate::panel`]'s unpacker of this type for whole panels with AVX2
-        /// (partial ones take the reference).
+        /// (partial ones take the reference): the K-quants' per-row scales
+        /// through `$meta`, then the quants (and the legacy scales) in vectors.
         pub(crate) fn $f(cols: usize, rows: &[u8], out: &mut [u8]) {
             use crate::panel::$block;
             let (nb, given) = crate::panel::panel_shape(GgmlType::$ty, cols, rows, out, $block);
@@ -587,7 +598,7 @@ macro_rules! avx2_unpackers {
                 meta(rows, rb, i, dst);
                 // SAFETY: sixteen whole rows of `nb > i` blocks and a whole panel block
                 // (checked above); reachable only through the AVX2 table, handed out
-                // after AVX2 and FMA were detected.
+                // after AVX2, FMA and F16C were detected.
                 unsafe { $k(rows.as_ptr(), rb, i, dst.as_mut_ptr()) };
             }
         }
@@ -596,11 +607,11 @@ macro_rules! avx2_unpackers {
 
 avx2_unpackers! {
     Q8_0, 34, Q8_0_I16_BLOCK, k_unpack_q8_0_i16 => unpack_q8_0_i16, unpack_q8_0_i16:
-        |rows: &[u8], rb, i, dst: &mut [u8; Q8_0_I16_BLOCK]| scales_f32(rows, rb, 34 * i, &mut dst[1024..]);
+        |_, _, _, _| {};
     Q4_0, 18, LEGACY_BLOCK, k_unpack_q4_0 => unpack_q4_0, unpack_q4_0:
-        |rows: &[u8], rb, i, dst: &mut [u8; LEGACY_BLOCK]| scales_f32(rows, rb, 18 * i, &mut dst[512..]);
+        |_, _, _, _| {};
     Q5_0, 22, LEGACY_BLOCK, k_unpack_q5_0 => unpack_q5_0, unpack_q5_0:
-        |rows: &[u8], rb, i, dst: &mut [u8; LEGACY_BLOCK]| scales_f32(rows, rb, 22 * i, &mut dst[512..]);
+        |_, _, _, _| {};
     Q4_K, 144, Q4_K_BLOCK, k_unpack_q4_k => unpack_q4_k, unpack_q4_k:
         |rows: &[u8], rb, i, dst: &mut [u8; Q4_K_BLOCK]| for r in 0..PANEL_ROWS {
             crate::panel::q4_k_meta(r, rows[r * rb + 144 * i..][..144].try_into().unwrap(), dst);

@@ -171,10 +171,10 @@ const fn tiles(
 /// `k` with weight panels: `unpack`/`prepare` from [`crate::panel`], the
 /// kernels for 8 and 4 tokens, and the layout's sizes. Batches of 32 tokens
 /// or more take them with AVX-512 (12 tokens took 19.1 ms through panels
-/// against 13.3 through the tiles; at 31 the two were even); with AVX2,
-/// whose unpackers are the scalar reference ones, 64 or more (on a Zen 3
-/// part, 768×768 at 32 tokens: 0.24 ms against 0.20 for Q4_0, 0.32 against
-/// 0.21 for Q6_K; at 59 tokens 0.35 against 0.38 and 0.37 against 0.35).
+/// against 13.3 through the tiles; at 31 the two were even); with AVX2, 20
+/// or more (on a Zen 3 part, 16 tokens of 1152×768 Q6_K took 0.15 ms through
+/// panels against 0.11 through the tiles; at 20 tokens Q8_0 was even and the
+/// K-quants 10-25 % faster through panels, at 32 all three 10-25 %).
 const fn panels(
     k: TypeKernels,
     unpack: panel::UnpackFn,
@@ -196,7 +196,7 @@ const fn panels(
             _ => 32,
         },
         min_tokens: match k.isa {
-            Isa::Avx2 => 64,
+            Isa::Avx2 => 20,
             _ => 32,
         },
     });
