@@ -531,6 +531,59 @@ mod tests {
         }
     }
 
+    /// Packed sequences with symmetric windows (a batch of embeddings): each
+    /// sequence's rows are the same bits as the sequence alone.
+    #[test]
+    fn packed_sequences_match_each_alone() {
+        let shape = AttnShape {
+            n_head: 3,
+            n_head_kv: 1,
+            head_dim: 256,
+            scale: 0.0625,
+            softcap: None,
+        };
+        let lens = [7usize, 342, 2, 40, 300];
+        let n: usize = lens.iter().sum();
+        let q_row = 3 * 256;
+        let q = pseudo(n * q_row, 7);
+        let k = pseudo(n * 256, 8);
+        let v = pseudo(n * 256, 9);
+        let starts: Vec<usize> = lens
+            .iter()
+            .scan(0, |s, &l| {
+                *s += l;
+                Some(*s - l)
+            })
+            .collect();
+        let window = |start: usize, end: usize| {
+            move |i: usize| i.saturating_sub(128).max(start)..(i + 129).min(end)
+        };
+        let seq_of = |t: usize| starts.iter().rposition(|&s| s <= t).unwrap();
+        let packed = |t: usize| {
+            let s = seq_of(t);
+            window(starts[s], starts[s] + lens[s])(t)
+        };
+        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+            let mut all = vec![0.0; q.len()];
+            let (kr, vr) = (KvRows::F32(&k), KvRows::F32(&v));
+            attention_on(isa, &shape, &q, kr, vr, &packed, &mut all, &Rayon).unwrap();
+            for (s, (&st, &len)) in starts.iter().zip(&lens).enumerate() {
+                let (a, b) = (st * 256, (st + len) * 256);
+                let (kr, vr) = (KvRows::F32(&k[a..b]), KvRows::F32(&v[a..b]));
+                let mut one = vec![0.0; len * q_row];
+                let qs = &q[st * q_row..(st + len) * q_row];
+                attention_on(isa, &shape, qs, kr, vr, &window(0, len), &mut one, &Rayon).unwrap();
+                if len > 1 {
+                    assert_eq!(
+                        &all[st * q_row..(st + len) * q_row],
+                        &one[..],
+                        "{isa} sequence {s}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn bad_shapes_are_errors() {
         let shape = AttnShape {
