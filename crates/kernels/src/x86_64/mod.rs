@@ -107,6 +107,7 @@ macro_rules! k_tiles {
 }
 
 pub(crate) mod avx2;
+pub(crate) mod avx2_attention;
 pub(crate) mod avx2_panel;
 pub(crate) mod avx512;
 
