@@ -11,12 +11,6 @@
 //! positions, into a per-thread buffer (grown, never shrunk); a single
 //! query (decoding) widens rows as it reads them and allocates nothing.
 //!
-//! On AVX2 (and AVX-512, which runs the same code), calls of two or more
-//! queries and at most `BLOCK_MAX_KEYS` keys take the block kernel of
-//! `x86_64::avx2_attention` instead: two passes over a task's
-//! transposed keys (the exact maximum first, so no rescaling), whose rows
-//! are also independent of one another and of where their keys sit.
-//!
 //! Work is split over (query chunk × head, or × kv head for prompts) tasks
 //! on a [`ThreadPool`]; tasks write disjoint output rows. A query's heads go
 //! through the row kernel of the selected ISA ([`AttendFn`]: the portable
@@ -204,22 +198,28 @@ pub fn attention_on(
             )));
         }
     }
-    #[cfg(target_arch = "x86_64")]
-    if n_q >= 2
-        && k.len() / kv_row <= BLOCK_MAX_KEYS
-        && shape.softcap.is_none()
-        && hd.is_multiple_of(8)
-        && matches!(isa, Isa::Avx2 | Isa::Avx512Vnni)
-    {
-        blocked(shape, q, k, v, keys, out, pool);
-        return Ok(());
-    }
+    let group = n_head / n_head_kv;
     let row = row_kernel(isa, hd);
-    let tasks = Tasks::new(shape, n_q, pool.threads());
+    // Tasks: (chunk of queries) × head, or × kv head when there are enough
+    // queries to balance the threads that way: then the task's query heads
+    // go through the row kernel together (each key row read once for all),
+    // and its f16 key and value rows are widened once for all its heads and
+    // positions.
+    let threads = pool.threads().max(1);
+    let per_kv = n_q >= 4 * threads;
+    let heads_per_task = if per_kv { group } else { 1 };
+    let task_heads = n_head / heads_per_task;
+    let q_chunk = n_q
+        .div_ceil((threads * 4).div_ceil(task_heads).max(1))
+        .max(1);
+    let n_chunks = n_q.div_ceil(q_chunk);
     let out_ptr = Out(out.as_mut_ptr());
     let out_ptr = &out_ptr;
-    pool.run(tasks.count(), &|task| {
-        let (queries, heads, g) = tasks.get(task);
+    pool.run(n_chunks * task_heads, &|task| {
+        let (chunk, th) = (task / task_heads, task % task_heads);
+        let heads = th * heads_per_task..(th + 1) * heads_per_task;
+        let g = heads.start / group;
+        let queries = chunk * q_chunk..((chunk + 1) * q_chunk).min(n_q);
         let run_rows = |k: KvRows<'_>, v: KvRows<'_>, off: usize, kv_row: usize, base: usize| {
             for t in queries.clone() {
                 let r = keys(t);
@@ -262,7 +262,7 @@ pub fn attention_on(
             .reduce(|a, b| a.start.min(b.start)..a.end.max(b.end));
         match (k, v, span) {
             (KvRows::F16(k16), KvRows::F16(v16), Some(span))
-                if tasks.per_kv && span.len() <= WIDEN_MAX_KEYS =>
+                if per_kv && span.len() <= WIDEN_MAX_KEYS =>
             {
                 WIDENED.with_borrow_mut(|(kw, vw)| {
                     let n = span.len() * hd;
@@ -290,175 +290,6 @@ pub fn attention_on(
         }
     });
     Ok(())
-}
-
-/// Calls of at most this many keys take the block kernel on AVX2 (a task's
-/// transposed keys are at most this many rows).
-#[cfg(target_arch = "x86_64")]
-const BLOCK_MAX_KEYS: usize = 8192;
-
-#[cfg(target_arch = "x86_64")]
-thread_local! {
-    /// A worker's transposed key blocks and score rows for [`blocked`]
-    /// (grown, never shrunk).
-    static BLOCKS: std::cell::RefCell<(Vec<f32>, Vec<f32>)> =
-        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
-}
-
-/// Calls of two or more queries on AVX2 (see
-/// [`crate::x86_64::avx2_attention`]): tasks as in [`attention_on`]; each
-/// transposes its kv head's keys over the span its queries attend, then runs
-/// groups of consecutive queries of each of its heads over them. Shapes were
-/// checked by the caller.
-#[cfg(target_arch = "x86_64")]
-fn blocked(
-    shape: &AttnShape,
-    q: &[f32],
-    k: KvRows<'_>,
-    v: KvRows<'_>,
-    keys: &(dyn Fn(usize) -> Range<usize> + Sync),
-    out: &mut [f32],
-    pool: &dyn ThreadPool,
-) {
-    use crate::x86_64::avx2_attention::{BLOCK_KEYS, KeyBlocks, MAX_ROWS, attend_rows};
-    let AttnShape {
-        n_head,
-        n_head_kv,
-        head_dim: hd,
-        scale,
-        ..
-    } = *shape;
-    let (q_row, kv_row) = (n_head * hd, n_head_kv * hd);
-    let n_q = q.len() / q_row;
-    let tasks = Tasks::new(shape, n_q, pool.threads());
-    let out_ptr = Out(out.as_mut_ptr());
-    let out_ptr = &out_ptr;
-    let out_row = |t: usize, h: usize| {
-        // SAFETY: `(t, h)` with `t < n_q`, `h < n_head` is inside `out` (`n_q ·
-        // q_row` values, checked by the caller), each pair belongs to exactly one
-        // task, and a task holds one slice per row at a time.
-        unsafe { std::slice::from_raw_parts_mut(out_ptr.0.add(t * q_row + h * hd), hd) }
-    };
-    pool.run(tasks.count(), &|task| {
-        let (queries, heads, g) = tasks.get(task);
-        let Some(span) = queries
-            .clone()
-            .map(keys)
-            .filter(|r| !r.is_empty())
-            .reduce(|a, b| a.start.min(b.start)..a.end.max(b.end))
-        else {
-            for t in queries.clone() {
-                heads.clone().for_each(|h| out_row(t, h).fill(0.0));
-            }
-            return;
-        };
-        BLOCKS.with_borrow_mut(|(kt, scores)| {
-            let (first, last) = (span.start / BLOCK_KEYS, span.end.div_ceil(BLOCK_KEYS));
-            let n = (last - first) * BLOCK_KEYS * hd;
-            if kt.len() < n {
-                kt.resize(n, 0.0);
-            }
-            for (i, j) in (BLOCK_KEYS * first..BLOCK_KEYS * last).enumerate() {
-                let kb = &mut kt[i / BLOCK_KEYS * hd * BLOCK_KEYS..][..hd * BLOCK_KEYS];
-                let lane = i % BLOCK_KEYS;
-                let at = j * kv_row + g * hd;
-                match k {
-                    KvRows::F32(k) if span.contains(&j) => {
-                        for (d, &x) in k[at..at + hd].iter().enumerate() {
-                            kb[BLOCK_KEYS * d + lane] = x;
-                        }
-                    }
-                    KvRows::F16(k) if span.contains(&j) => {
-                        for (d, &x) in k[at..at + hd].iter().enumerate() {
-                            kb[BLOCK_KEYS * d + lane] = x.to_f32();
-                        }
-                    }
-                    _ => (0..hd).for_each(|d| kb[BLOCK_KEYS * d + lane] = 0.0),
-                }
-            }
-            let kb = KeyBlocks {
-                kt: &kt[..n],
-                base: first,
-                hd,
-            };
-            for h in heads.clone() {
-                let mut t0 = queries.start;
-                while t0 < queries.end {
-                    let rows = (queries.end - t0).min(MAX_ROWS);
-                    let row = |r: usize| t0 + r.min(rows - 1);
-                    let qs: [&[f32]; MAX_ROWS] = std::array::from_fn(|r| {
-                        let at = row(r) * q_row + h * hd;
-                        &q[at..at + hd]
-                    });
-                    let ranges: [Range<usize>; MAX_ROWS] = std::array::from_fn(|r| keys(row(r)));
-                    let mut outs: [&mut [f32]; MAX_ROWS] = Default::default();
-                    for (r, o) in outs[..rows].iter_mut().enumerate() {
-                        *o = out_row(t0 + r, h);
-                    }
-                    attend_rows(
-                        kb,
-                        v,
-                        g * hd,
-                        kv_row,
-                        &qs[..rows],
-                        &ranges[..rows],
-                        scale,
-                        scores,
-                        &mut outs[..rows],
-                    );
-                    t0 += rows;
-                }
-            }
-        });
-    });
-}
-
-/// How a call's (query, head) pairs are split into tasks: (chunk of
-/// queries) × head, or × kv head when there are enough queries to balance
-/// the threads that way; then a task's query heads share each key and value
-/// row it reads (and f16 rows are widened once for all of them).
-struct Tasks {
-    /// Whether tasks take all the query heads of a kv head.
-    per_kv: bool,
-    n_q: usize,
-    group: usize,
-    heads_per_task: usize,
-    task_heads: usize,
-    q_chunk: usize,
-}
-
-impl Tasks {
-    fn new(shape: &AttnShape, n_q: usize, threads: usize) -> Self {
-        let threads = threads.max(1);
-        let group = shape.n_head / shape.n_head_kv;
-        let per_kv = n_q >= 4 * threads;
-        let heads_per_task = if per_kv { group } else { 1 };
-        let task_heads = shape.n_head / heads_per_task;
-        let q_chunk = n_q
-            .div_ceil((threads * 4).div_ceil(task_heads).max(1))
-            .max(1);
-        Self {
-            per_kv,
-            n_q,
-            group,
-            heads_per_task,
-            task_heads,
-            q_chunk,
-        }
-    }
-
-    fn count(&self) -> usize {
-        self.n_q.div_ceil(self.q_chunk) * self.task_heads
-    }
-
-    /// Task `task`'s queries, heads and kv head.
-    fn get(&self, task: usize) -> (Range<usize>, Range<usize>, usize) {
-        let (chunk, th) = (task / self.task_heads, task % self.task_heads);
-        let heads = th * self.heads_per_task..(th + 1) * self.heads_per_task;
-        let g = heads.start / self.group;
-        let queries = chunk * self.q_chunk..((chunk + 1) * self.q_chunk).min(self.n_q);
-        (queries, heads, g)
-    }
 }
 
 /// The portable row kernel (and the reference of the SIMD ones): one query
@@ -606,8 +437,6 @@ mod tests {
             (2, 2, 64, 5, None),
             (2, 1, 256, 41, None),
             (2, 1, 12, 20, None),
-            // Spans past one window of transposed keys on AVX2.
-            (3, 1, 64, 300, None),
         ] {
             let shape = AttnShape {
                 n_head: nh,
@@ -684,20 +513,17 @@ mod tests {
                     // Among 50 queries the f16 rows are widened once per task; alone, per row.
                     (KvRows::F16(&kh), KvRows::F16(&vh)),
                 ] {
-                    // Query 37 attends keys 20..45 among 50 queries (where its heads
-                    // share kernel calls), and in a call with just one other query
-                    // (a call of one query, a decoding step, takes the row kernel,
-                    // whose bits may differ from the block kernel's).
+                    // Query 37 attends keys 20..45, alone and among 50 queries (where
+                    // its heads share kernel calls).
                     let keys = |t: usize| if t == 37 { 20..45 } else { 0..t + 1 };
                     let mut all = vec![0.0; q.len()];
                     attention_on(isa, &shape, &q, k, v, &keys, &mut all, &Rayon).unwrap();
-                    let mut two = vec![0.0; 2 * q_row];
-                    let q36 = &q[36 * q_row..38 * q_row];
-                    let pair = |t: usize| if t == 1 { 20..45 } else { 3..9 };
-                    attention_on(isa, &shape, q36, k, v, &pair, &mut two, &Serial).unwrap();
+                    let mut one = vec![0.0; q_row];
+                    let q37 = &q[37 * q_row..38 * q_row];
+                    attention_on(isa, &shape, q37, k, v, &|_| 20..45, &mut one, &Serial).unwrap();
                     assert_eq!(
                         &all[37 * q_row..38 * q_row],
-                        &two[q_row..],
+                        &one[..],
                         "{isa} {n_head} heads"
                     );
                 }

@@ -1072,12 +1072,12 @@ unsafe fn float_dot(
 }
 
 #[inline(always)]
-pub(super) unsafe fn load8_f32(p: *const u8) -> __m256 {
+unsafe fn load8_f32(p: *const u8) -> __m256 {
     // SAFETY: the caller passes 32 readable bytes.
     unsafe { _mm256_loadu_ps(p.cast()) }
 }
 #[inline(always)]
-pub(super) unsafe fn load8_f16(p: *const u8) -> __m256 {
+unsafe fn load8_f16(p: *const u8) -> __m256 {
     // SAFETY: the caller passes 16 readable bytes; F16C is enabled.
     unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
 }
@@ -1127,7 +1127,7 @@ unsafe fn abs_ps(x: __m256) -> __m256 {
 }
 
 #[inline(always)]
-pub(super) unsafe fn hmax_ps(v: __m256) -> f32 {
+unsafe fn hmax_ps(v: __m256) -> f32 {
     // SAFETY: AVX is enabled in every caller.
     unsafe {
         let m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
@@ -1306,7 +1306,7 @@ unsafe fn hsum8_ps(p: &[__m256; 8]) -> __m256 {
 
 /// [`crate::ops::exp_fast`] in 8 lanes: the same range reduction and polynomial.
 #[inline(always)]
-pub(super) unsafe fn exp_ps(x: __m256) -> __m256 {
+unsafe fn exp_ps(x: __m256) -> __m256 {
     // SAFETY: AVX2 is enabled in every kernel calling this.
     unsafe {
         let below = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(-87.0));

@@ -107,7 +107,6 @@ macro_rules! k_tiles {
 }
 
 pub(crate) mod avx2;
-pub(crate) mod avx2_attention;
 pub(crate) mod avx2_panel;
 pub(crate) mod avx512;
 
