@@ -447,9 +447,15 @@ impl Model {
             ops::rms_norm_weighted(&x[i * d..(i + 1) * d], &l.ffn_norm, eps, o)
         });
         let xn = &b.xn[..t * d];
-        l.gate
-            .forward(f, xn, t, &mut b.gate[..t * ff], &mut b.scratch, pool)?;
-        l.up.forward(f, xn, t, &mut b.up[..t * ff], &mut b.scratch, pool)?;
+        forward_many(
+            [&l.gate, &l.up],
+            f,
+            xn,
+            t,
+            [&mut b.gate[..t * ff], &mut b.up[..t * ff]],
+            &mut b.scratch,
+            pool,
+        )?;
         let (g, u) = (&mut b.gate[..t * ff], &b.up[..t * ff]);
         let gelu = hp.arch.is_gemma();
         rows2(pool, t, g, &mut [], &|i, g, _| {
