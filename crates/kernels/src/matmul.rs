@@ -4,8 +4,9 @@
 //! All activations are quantized once per call into the caller's
 //! [`Scratch`]; output rows are split into chunks run on a [`ThreadPool`].
 //! Where the ISA has tiles ([`TypeKernels::tiles`]), groups of 16 or 8 tokens
-//! (and a padded group for a remainder of 2 to 7) go through the
-//! 1×16/1×8/1×4 tiles, which unpack a weight block once for all their columns; otherwise groups
+//! (and padded groups for a remainder, see `TilePlan`) go through the
+//! 1×16/1×12/1×8/1×4 tiles, which unpack a weight block once for all their
+//! columns; otherwise groups
 //! of 4 through [`TypeKernels::vec_dot_x4`]. The rest (and `T = 1`, the
 //! memory-bound decode case) stream rows through [`TypeKernels::vec_dot`].
 //! Batches of [`PanelFns::min_tokens`] or more take the weight panels where the
@@ -219,12 +220,13 @@ pub fn matmul_many<const N: usize>(
                 for r in r0..r1 {
                     let wr = &w[r * wrow..(r + 1) * wrow];
                     let mut v = [0.0f32; 2 * TILE];
-                    // The plan makes 16-wide groups only where the 1×16 tile exists.
-                    match (g.width, tiles.x16) {
-                        (16, Some(x16)) => v = x16(cols, wr, group),
-                        (8, _) => v[..TILE].copy_from_slice(&(tiles.x8)(cols, wr, group)),
-                        (4, _) => v[..TILE / 2].copy_from_slice(&(tiles.x4)(cols, wr, group)),
-                        (width, _) => unreachable!("no tile for groups of {width}"),
+                    // The plan makes 16- and 12-wide groups only where those tiles exist.
+                    match (g.width, tiles.x16, tiles.x12) {
+                        (16, Some(x16), _) => v = x16(cols, wr, group),
+                        (12, _, Some(x12)) => v[..12].copy_from_slice(&x12(cols, wr, group)),
+                        (8, ..) => v[..TILE].copy_from_slice(&(tiles.x8)(cols, wr, group)),
+                        (4, ..) => v[..TILE / 2].copy_from_slice(&(tiles.x4)(cols, wr, group)),
+                        (width, ..) => unreachable!("no tile for groups of {width}"),
                     }
                     for (c, &v) in v[..g.tokens.len()].iter().enumerate() {
                         store(g.tokens.start + c, r, v);
@@ -484,19 +486,18 @@ impl Prefetch {
 }
 
 /// How a call's tokens are grouped for the tiles: groups of 16 where the
-/// ISA has a 1×16 tile, else of 8; then at most one group of 8; then a
-/// remainder of 2 to 7 tokens as one more group (4 or 8 wide) padded with
-/// zero rows, whose extra columns are dropped (a tile gives each column the
-/// row kernel's bits, so padding changes nothing). Tokens past the groups
-/// (a lone last token, or all of them without tiles) take the row kernels.
+/// ISA has a 1×16 tile, else of 8; then the rest as at most two more groups,
+/// padded with zero rows whose extra columns are dropped (a tile gives each
+/// column the row kernel's bits, so padding changes nothing): 13 to 15
+/// tokens as one padded group of 16, 9 to 12 as one of 12 where the 1×12 tile
+/// exists (else 8 and the rest), 5 to 8 as one of 8, 2 to 4 as one of 4.
+/// Tokens past the groups (a lone last token, or all of them without tiles)
+/// take the row kernels.
 struct TilePlan {
     wide: usize,
     wide_groups: usize,
-    /// Groups of 8 after the wide ones (0 or 1 with a 1×16 tile).
-    groups8: usize,
-    /// Width of the padded remainder group (0: none), and its real tokens.
-    tail_width: usize,
-    tail_tokens: usize,
+    /// The groups after the wide ones: (width, real tokens); width 0: none.
+    tail: [(usize, usize); 2],
     /// Tokens inside groups; the rest take the row kernels.
     grouped_tokens: usize,
     tokens: usize,
@@ -516,36 +517,43 @@ impl TilePlan {
             return Self {
                 wide: TILE,
                 wide_groups: 0,
-                groups8: 0,
-                tail_width: 0,
-                tail_tokens: 0,
+                tail: [(0, 0); 2],
                 grouped_tokens: 0,
                 tokens,
             };
         };
         let wide = if tiles.x16.is_some() { 2 * TILE } else { TILE };
         let wide_groups = tokens / wide;
-        let groups8 = (tokens - wide_groups * wide) / TILE;
-        let rem = tokens - wide_groups * wide - groups8 * TILE;
-        let tail_width = match rem {
-            0 | 1 => 0,
-            2..=4 => TILE / 2,
-            _ => TILE,
-        };
-        let tail_tokens = if tail_width > 0 { rem } else { 0 };
+        let mut rem = tokens - wide_groups * wide;
+        let mut tail = [(0, 0); 2];
+        for slot in &mut tail {
+            let width = match rem {
+                0 | 1 => break,
+                2..=4 => TILE / 2,
+                5..=8 => TILE,
+                9..=12 if tiles.x12.is_some() => 12,
+                // Only with a 1×16 tile (else `rem < 8`).
+                13.. => 2 * TILE,
+                _ => TILE,
+            };
+            let taken = rem.min(width);
+            *slot = (width, taken);
+            rem -= taken;
+        }
         Self {
             wide,
             wide_groups,
-            groups8,
-            tail_width,
-            tail_tokens,
-            grouped_tokens: tokens - rem + tail_tokens,
+            tail,
+            grouped_tokens: tokens - rem,
             tokens,
         }
     }
+    fn tail_groups(&self) -> usize {
+        self.tail.iter().filter(|&&(width, _)| width > 0).count()
+    }
     /// Units that are tile groups.
     fn tile_units(&self) -> usize {
-        self.wide_groups + self.groups8 + usize::from(self.tail_width > 0)
+        self.wide_groups + self.tail_groups()
     }
     /// Units to quantize: the tile groups, then the other tokens 8 at a time.
     fn units(&self) -> usize {
@@ -559,40 +567,33 @@ impl TilePlan {
     }
     fn unit(&self, u: usize, act: crate::GgmlType, cols: usize) -> Unit {
         let bytes = |width: usize| pack::group_bytes(act, cols, width);
-        let wide_end = self.wide_groups * self.wide;
-        let wide_bytes = self.wide_groups * bytes(self.wide);
         if u < self.wide_groups {
-            let t0 = u * self.wide;
-            let p0 = u * bytes(self.wide);
+            let (t0, p0) = (u * self.wide, u * bytes(self.wide));
             return Unit {
                 tokens: t0..t0 + self.wide,
                 width: self.wide,
                 packed: p0..p0 + bytes(self.wide),
             };
         }
+        let (mut t0, mut p0) = (
+            self.wide_groups * self.wide,
+            self.wide_groups * bytes(self.wide),
+        );
         let u = u - self.wide_groups;
-        if u < self.groups8 {
-            let t0 = wide_end + u * TILE;
-            let p0 = wide_bytes + u * bytes(TILE);
-            return Unit {
-                tokens: t0..t0 + TILE,
-                width: TILE,
-                packed: p0..p0 + bytes(TILE),
-            };
+        for &(width, taken) in &self.tail[..u.min(2)] {
+            t0 += taken;
+            p0 += bytes(width);
         }
-        let u = u - self.groups8;
-        let t0 = wide_end + self.groups8 * TILE;
-        let p0 = wide_bytes + self.groups8 * bytes(TILE);
-        if u == 0 && self.tail_width > 0 {
+        if u < self.tail_groups() {
+            let (width, taken) = self.tail[u];
             return Unit {
-                tokens: t0..t0 + self.tail_tokens,
-                width: self.tail_width,
-                packed: p0..p0 + bytes(self.tail_width),
+                tokens: t0..t0 + taken,
+                width,
+                packed: p0..p0 + bytes(width),
             };
         }
         // Tokens without a tile: 8 per unit, nothing packed.
-        let u = u - usize::from(self.tail_width > 0);
-        let t0 = self.grouped_tokens + u * TILE;
+        let t0 = self.grouped_tokens + (u - self.tail_groups()) * TILE;
         Unit {
             tokens: t0..(t0 + TILE).min(self.tokens),
             width: 0,
@@ -659,7 +660,7 @@ mod tests {
                 let w: Vec<u8> = (0..rows)
                     .flat_map(|_| weight_row(&mut rng, ty, cols, 0))
                     .collect();
-                for tokens in [1, 3, 4, 9, 12, 16, 21, 25, 35, 40] {
+                for tokens in [1, 3, 4, 9, 11, 12, 14, 16, 21, 25, 29, 35, 40] {
                     let x = activations(&mut rng, tokens * cols, 0);
                     let mut y = vec![f32::NAN; tokens * rows];
                     let mut s = Scratch::new();

@@ -1,6 +1,6 @@
-//! Activation layout of the 1×16, 1×8 and 1×4 tiles ([`crate::table::TileFns`]).
+//! Activation layout of the 1×16, 1×12, 1×8 and 1×4 tiles ([`crate::table::TileFns`]).
 //!
-//! Sixteen, eight or four consecutive activation rows (quantized by the type's activation
+//! Sixteen, twelve, eight or four consecutive activation rows (quantized by the type's activation
 //! quantizer) become one *group*:
 //! * Q8_0: per 32-value block, the quants four bytes (one "dword") at a time,
 //!   then the rows' scales as f32, then the sums of their quants as i32. The
@@ -67,7 +67,10 @@ const fn dword_at(n: usize, c: usize, dword: usize) -> usize {
 /// [`crate::table::TileFns::sum_shift`]).
 pub fn pack(act: GgmlType, cols: usize, n: usize, rows: &[u8], out: &mut [u8], sum_shift: u32) {
     assert!(needs_packing(act), "{act} activations are not packed");
-    assert!(matches!(n, 4 | 8 | 16), "groups of 4, 8 or 16 rows");
+    assert!(
+        matches!(n, 4 | 8 | 12 | 16),
+        "groups of 4, 8, 12 or 16 rows"
+    );
     assert!(sum_shift <= 18, "quant sum shift {sum_shift}");
     let (bs, ts) = (act.block_size(), act.type_size());
     let nb = cols / bs;

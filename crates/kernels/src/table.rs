@@ -22,12 +22,17 @@ pub type Tile4Fn = fn(n: usize, w: &[u8], packed: &[u8]) -> [f32; 4];
 /// The same against a packed group of sixteen rows: each weight block is
 /// unpacked once for twice the columns of [`Tile8Fn`].
 pub type Tile16Fn = fn(n: usize, w: &[u8], packed: &[u8]) -> [f32; 16];
+/// The same against a packed group of twelve rows (a 12-token batch in one
+/// pass over the weights instead of an 8- and a 4-row one).
+pub type Tile12Fn = fn(n: usize, w: &[u8], packed: &[u8]) -> [f32; 12];
 
 /// The tiles of a weight type over packed activation groups.
 #[derive(Clone, Copy, Debug)]
 pub struct TileFns {
     /// Where the ISA has registers enough for it.
     pub x16: Option<Tile16Fn>,
+    /// Where the ISA has it (taken for 9 to 12 tokens past the 16-wide groups).
+    pub x12: Option<Tile12Fn>,
     pub x8: Tile8Fn,
     pub x4: Tile4Fn,
     /// The tiles' weights are unsigned with an offset of `2^sum_shift`: the
@@ -51,7 +56,7 @@ pub struct TypeKernels {
     pub vec_dot: VecDotFn,
     /// A 1×4 tile; `None` where only the row kernel exists.
     pub vec_dot_x4: Option<VecDotX4Fn>,
-    /// 1×16, 1×8 and 1×4 tiles over packed activations; `None` where the ISA has
+    /// 1×16, 1×12, 1×8 and 1×4 tiles over packed activations; `None` where the ISA has
     /// none (always SIMD: the scalar twin is [`TypeKernels::vec_dot`] per column).
     pub tiles: Option<TileFns>,
     /// Weight panels for large batches ([`crate::panel`]); `None` where the

@@ -282,7 +282,7 @@ fn check_rows(
     row
 }
 
-/// The 1×16/1×8/1×4 tiles and the x4 kernel of `k` against its row kernel's
+/// The 1×16/1×12/1×8/1×4 tiles and the x4 kernel of `k` against its row kernel's
 /// results `row` on the activation rows `cols`: within the type's tolerance,
 /// or bit for bit when `exact` (the batch-invariance contract).
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
@@ -328,7 +328,20 @@ fn check_tiles(
             crate::pack::pack(k.activation, n, 16, &rows, &mut packed, tiles.sum_shift);
             x16(n, w, &packed)
         });
+        // The 1×12 tile takes the eight rows, then the first four in reverse.
+        let got12 = tiles.x12.map(|x12| {
+            let rows: Vec<u8> = cols
+                .iter()
+                .chain(cols[..4].iter().rev())
+                .flatten()
+                .copied()
+                .collect();
+            let mut packed = vec![0u8; crate::pack::group_bytes(k.activation, n, 12)];
+            crate::pack::pack(k.activation, n, 12, &rows, &mut packed, tiles.sum_shift);
+            x12(n, w, &packed)
+        });
         let col16 = |c: usize| if c < 8 { c } else { 15 - c };
+        let col12 = |c: usize| if c < 8 { c } else { 11 - c };
         let all = got8
             .iter()
             .enumerate()
@@ -339,6 +352,13 @@ fn check_tiles(
                     .flatten()
                     .enumerate()
                     .map(|(c, v)| (col16(c), v)),
+            )
+            .chain(
+                got12
+                    .iter()
+                    .flatten()
+                    .enumerate()
+                    .map(|(c, v)| (col12(c), v)),
             );
         for (c, &got) in all {
             assert!(

@@ -36,12 +36,14 @@ fn batch_position_does_not_change_a_tokens_result() {
         GgmlType::Q6_K,
     ];
     let isas: Vec<Isa> = Isa::ALL.into_iter().filter(|i| i.is_available()).collect();
-    // 21 tokens: 2 tiles of 8 and one padded 8-wide tile of 5; 3 tokens: one
-    // padded 4-wide tile (where the ISA has tiles; else x4 and row kernels).
+    // Where the ISA has them, 21 tokens take the weight panels (AVX2) or a
+    // 16- or 8-wide tile and a padded 8-wide one of 5; 14 one padded 16-wide
+    // tile (or 8 and a padded 8); 11 one padded 12-wide tile (or 8 and a
+    // padded 4); 3 one padded 4-wide tile. Without tiles, x4 and row kernels.
     let cases = isas
         .iter()
         .flat_map(|&i| types.map(|t| (i, t)))
-        .flat_map(|(i, t)| [(i, t, 21), (i, t, 3)]);
+        .flat_map(|(i, t)| [21, 14, 11, 3].map(|n| (i, t, n)));
     for (isa, ty, tokens) in cases {
         let k = kernels_for(ty, isa).unwrap();
         let (rows, cols) = (24, 1024);

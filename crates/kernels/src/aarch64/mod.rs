@@ -41,6 +41,7 @@ const fn tiles(k: TypeKernels, x8: Tile8Fn, x4: Tile4Fn) -> TypeKernels {
     let mut k = k;
     k.tiles = Some(TileFns {
         x16: None,
+        x12: None,
         x8,
         x4,
         // The signed `sdot` tiles leave the quant sums unused.

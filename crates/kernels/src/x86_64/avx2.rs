@@ -383,15 +383,6 @@ unsafe fn offset_init<const S: usize, const SHIFT: i32>(sums: *const u8) -> [__m
     })
 }
 
-/// `S = 2·H` sets of four rows, each with its halves apart → `H` vectors of
-/// eight rows' sums.
-#[inline(always)]
-pub(super) unsafe fn fold_sets<const S: usize, const H: usize>(acc: [__m256i; S]) -> [__m256i; H] {
-    const { assert!(S == 2 * H) };
-    // SAFETY: AVX2 is enabled in every kernel calling this.
-    std::array::from_fn(|h| unsafe { fold_halves(acc[2 * h], acc[2 * h + 1]) })
-}
-
 /// `S` packed sets of four rows against signed quants `q` with the `maddubs`
 /// sign trick (`|w|` against `a·sign(w)`: no saturation for any i8 weight).
 #[inline(always)]
@@ -439,7 +430,8 @@ pub(super) unsafe fn fold_set(v: __m256i) -> __m128i {
     unsafe { _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v)) }
 }
 /// One block of [`legacy_tile`]: weight block `x`, packed block group `y`,
-/// accumulated into `acc` (one vector of eight rows per half).
+/// accumulated into `acc` (one vector of eight rows per pair of sets) and,
+/// for an odd number of sets, `last` (the last set's four rows).
 #[inline(always)]
 unsafe fn legacy_step<const S: usize, const H: usize, const SHIFT: i32>(
     x: *const u8,
@@ -448,31 +440,40 @@ unsafe fn legacy_step<const S: usize, const H: usize, const SHIFT: i32>(
     quants: unsafe fn(*const u8) -> __m256i,
     sets: SetSums<S>,
     acc: &mut [__m256; H],
+    last: &mut __m128,
 ) {
     // SAFETY: `x` is a whole weight block and `y` a whole packed block group of
-    // 8·H rows (the tile's contract); the callers enable the ISA's features.
+    // 4·S rows (the tile's contract); the callers enable the ISA's features.
     unsafe {
-        // Per block: 8·H rows' quants, then their f32 scales, then their quant sums.
-        let (scales_at, qsums_at) = (256 * H, 288 * H);
+        // Per block: 4·S rows' quants, then their f32 scales, then their quant sums.
+        let (scales_at, qsums_at) = (128 * S, 144 * S);
         // The first group of a batch streams the weights from memory.
         prefetch_block(x, wsize);
         let init = offset_init::<S, SHIFT>(y.add(qsums_at));
-        let s: [__m256i; H] = fold_sets(sets(quants(x), y, init));
+        let s = sets(quants(x), y, init);
         let dx = fp16_x8(x);
         for h in 0..H {
+            let v = fold_halves(s[2 * h], s[2 * h + 1]);
             let d = _mm256_mul_ps(dx, _mm256_loadu_ps(y.add(scales_at + 32 * h).cast()));
-            acc[h] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s[h]), acc[h]);
+            acc[h] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(v), acc[h]);
+        }
+        if S > 2 * H {
+            let v = fold_set(s[S - 1]);
+            let dy = _mm_loadu_ps(y.add(scales_at + 32 * H).cast());
+            let d = _mm_mul_ps(_mm256_castps256_ps128(dx), dy);
+            *last = _mm_fmadd_ps(d, _mm_cvtepi32_ps(v), *last);
         }
     }
 }
 
 /// One legacy weight row (blocks of `wsize` bytes) against a packed group of
-/// `8·H` Q8_0 rows (see [`crate::pack`]), one row per lane: per block, the
+/// `4·S` Q8_0 rows (see [`crate::pack`]), one row per lane: per block, the
 /// rows' exact integer sums side by side (`sums`, the ISA's part), then
 /// `acc = fma(d_w·d_a, Σ, acc)` per lane, even and odd blocks in two chains
 /// added at the end — the row kernels' arithmetic, so a token's result does
-/// not depend on its place in a batch. With `H = 2` the
-/// block's quants and scale are decoded once for sixteen rows.
+/// not depend on its place in a batch. The block's quants and scale are
+/// decoded once for all the group's rows: `H = S / 2` vectors of eight rows,
+/// and for an odd `S` four more (the second result).
 ///
 /// `quants` gives the block's quants as `sums` takes them: signed (with
 /// `SHIFT = 0`), or unsigned `w + 2^SHIFT`, whose offset is taken back
@@ -485,84 +486,36 @@ pub(super) unsafe fn legacy_tile<const S: usize, const H: usize, const SHIFT: i3
     packed: *const u8,
     quants: unsafe fn(*const u8) -> __m256i,
     sets: SetSums<S>,
-) -> [[f32; 8]; H] {
+) -> ([[f32; 8]; H], [f32; 4]) {
+    const { assert!(S == 2 * H || S == 2 * H + 1) };
     // SAFETY: the wrappers checked `nb` weight blocks and `nb` packed block groups;
     // the callers enable AVX2/FMA/F16C and whatever `sums` needs.
     unsafe {
-        let gb = crate::pack::q8_0_group_block(8 * H);
+        let gb = crate::pack::q8_0_group_block(4 * S);
         // Even and odd blocks in two chains, as the row kernels (named, so
         // they stay in registers).
         let (mut even, mut odd) = ([_mm256_setzero_ps(); H], [_mm256_setzero_ps(); H]);
+        let (mut even_last, mut odd_last) = (_mm_setzero_ps(), _mm_setzero_ps());
         let mut i = 0;
         let block = |i: usize| (w.add(i * wsize), packed.add(i * gb));
         while i + 2 <= nb {
             let (x, y) = block(i);
-            legacy_step::<S, H, SHIFT>(x, wsize, y, quants, sets, &mut even);
+            legacy_step::<S, H, SHIFT>(x, wsize, y, quants, sets, &mut even, &mut even_last);
             let (x, y) = block(i + 1);
-            legacy_step::<S, H, SHIFT>(x, wsize, y, quants, sets, &mut odd);
+            legacy_step::<S, H, SHIFT>(x, wsize, y, quants, sets, &mut odd, &mut odd_last);
             i += 2;
         }
         if i < nb {
             let (x, y) = block(i);
-            legacy_step::<S, H, SHIFT>(x, wsize, y, quants, sets, &mut even);
+            legacy_step::<S, H, SHIFT>(x, wsize, y, quants, sets, &mut even, &mut even_last);
         }
         let mut out = [[0.0f32; 8]; H];
         for h in 0..H {
             _mm256_storeu_ps(out[h].as_mut_ptr(), _mm256_add_ps(even[h], odd[h]));
         }
-        out
-    }
-}
-
-/// One block of [`legacy_tile4`].
-#[inline(always)]
-unsafe fn legacy_step4<const SHIFT: i32>(
-    x: *const u8,
-    y: *const u8,
-    quants: unsafe fn(*const u8) -> __m256i,
-    sets: SetSums<1>,
-    acc: __m128,
-) -> __m128 {
-    // SAFETY: as for `legacy_step`, with a packed group of 4 rows.
-    unsafe {
-        let init = offset_init::<1, SHIFT>(y.add(4 * 36));
-        let s = fold_set(sets(quants(x), y, init)[0]);
-        let d = _mm_mul_ps(
-            _mm256_castps256_ps128(fp16_x8(x)),
-            _mm_loadu_ps(y.add(128).cast()),
-        );
-        _mm_fmadd_ps(d, _mm_cvtepi32_ps(s), acc)
-    }
-}
-
-/// [`legacy_tile`] for a packed group of 4 rows.
-#[inline(always)]
-pub(super) unsafe fn legacy_tile4<const SHIFT: i32>(
-    nb: usize,
-    w: *const u8,
-    wsize: usize,
-    packed: *const u8,
-    quants: unsafe fn(*const u8) -> __m256i,
-    sets: SetSums<1>,
-) -> [f32; 4] {
-    // SAFETY: as for `legacy_tile`, with groups of 4 rows.
-    unsafe {
-        let gb = crate::pack::q8_0_group_block(4);
-        // Even and odd blocks in two chains, as the row kernels.
-        let (mut even, mut odd) = (_mm_setzero_ps(), _mm_setzero_ps());
-        let mut i = 0;
-        while i + 2 <= nb {
-            even = legacy_step4::<SHIFT>(w.add(i * wsize), packed.add(i * gb), quants, sets, even);
-            let j = i + 1;
-            odd = legacy_step4::<SHIFT>(w.add(j * wsize), packed.add(j * gb), quants, sets, odd);
-            i += 2;
-        }
-        if i < nb {
-            even = legacy_step4::<SHIFT>(w.add(i * wsize), packed.add(i * gb), quants, sets, even);
-        }
-        let mut out = [0.0f32; 4];
-        _mm_storeu_ps(out.as_mut_ptr(), _mm_add_ps(even, odd));
-        out
+        let mut last = [0.0f32; 4];
+        _mm_storeu_ps(last.as_mut_ptr(), _mm_add_ps(even_last, odd_last));
+        (out, last)
     }
 }
 
@@ -570,11 +523,14 @@ legacy_tile_fns! {
     "avx2,fma,f16c";
     // Q8_0's unsigned quants reach 255: `maddubs` would saturate, so the sign trick.
     Q8_0, 34, q8_0_quants, 0, signed_sets,
-        k_q8_0_x16 => tile16_q8_0, k_q8_0_x8 => tile8_q8_0, k_q8_0_t4 => tile4_q8_0;
+        k_q8_0_x16 => tile16_q8_0, k_q8_0_x12 => tile12_q8_0, k_q8_0_x8 => tile8_q8_0,
+        k_q8_0_t4 => tile4_q8_0;
     Q4_0, 18, q4_0_unsigned, 3, narrow_sets,
-        k_q4_0_x16 => tile16_q4_0, k_q4_0_x8 => tile8_q4_0, k_q4_0_t4 => tile4_q4_0;
+        k_q4_0_x16 => tile16_q4_0, k_q4_0_x12 => tile12_q4_0, k_q4_0_x8 => tile8_q4_0,
+        k_q4_0_t4 => tile4_q4_0;
     Q5_0, 22, q5_0_unsigned, 4, narrow_sets,
-        k_q5_0_x16 => tile16_q5_0, k_q5_0_x8 => tile8_q5_0, k_q5_0_t4 => tile4_q5_0;
+        k_q5_0_x16 => tile16_q5_0, k_q5_0_x12 => tile12_q5_0, k_q5_0_x8 => tile8_q5_0,
+        k_q5_0_t4 => tile4_q5_0;
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -1024,8 +980,10 @@ pub(super) unsafe fn q6_k_tile<const S: usize>(
 
 k_tiles! {
     "avx2,fma,f16c";
-    Q4_K: q4_k_tile(q4_k_unit), k_q4_k_x16 => tile16_q4_k, k_q4_k_x8 => tile8_q4_k, k_q4_k_t4 => tile4_q4_k;
-    Q6_K: q6_k_tile(q6_k_unit), k_q6_k_x16 => tile16_q6_k, k_q6_k_x8 => tile8_q6_k, k_q6_k_t4 => tile4_q6_k;
+    Q4_K: q4_k_tile(q4_k_unit), k_q4_k_x16 => tile16_q4_k, k_q4_k_x12 => tile12_q4_k,
+        k_q4_k_x8 => tile8_q4_k, k_q4_k_t4 => tile4_q4_k;
+    Q6_K: q6_k_tile(q6_k_unit), k_q6_k_x16 => tile16_q6_k, k_q6_k_x12 => tile12_q6_k,
+        k_q6_k_x8 => tile8_q6_k, k_q6_k_t4 => tile4_q6_k;
 }
 
 k_wrappers! {

@@ -8,8 +8,8 @@
 //! f16 scales are decoded in software.
 
 use super::avx2::{
-    all_dwords, hsum_i32, k_block_step, legacy_tile, legacy_tile4, prefetch_block, q4_0_unsigned,
-    q4_k_tile, q5_0_unsigned, q6_k_tile, q8_0_unsigned,
+    all_dwords, hsum_i32, k_block_step, legacy_tile, prefetch_block, q4_0_unsigned, q4_k_tile,
+    q5_0_unsigned, q6_k_tile, q8_0_unsigned,
 };
 use crate::GgmlType;
 use crate::scalar::{k4_scales_mins, row_blocks};
@@ -237,11 +237,14 @@ unsafe fn vnni_sets<const S: usize>(q: __m256i, y: *const u8, init: [__m256i; S]
 legacy_tile_fns! {
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni";
     Q8_0, 34, q8_0_unsigned, 7, vnni_sets,
-        k_q8_0_x16 => tile16_q8_0, k_q8_0_x8 => tile8_q8_0, k_q8_0_t4 => tile4_q8_0;
+        k_q8_0_x16 => tile16_q8_0, k_q8_0_x12 => tile12_q8_0, k_q8_0_x8 => tile8_q8_0,
+        k_q8_0_t4 => tile4_q8_0;
     Q4_0, 18, q4_0_unsigned, 3, vnni_sets,
-        k_q4_0_x16 => tile16_q4_0, k_q4_0_x8 => tile8_q4_0, k_q4_0_t4 => tile4_q4_0;
+        k_q4_0_x16 => tile16_q4_0, k_q4_0_x12 => tile12_q4_0, k_q4_0_x8 => tile8_q4_0,
+        k_q4_0_t4 => tile4_q4_0;
     Q5_0, 22, q5_0_unsigned, 4, vnni_sets,
-        k_q5_0_x16 => tile16_q5_0, k_q5_0_x8 => tile8_q5_0, k_q5_0_t4 => tile4_q5_0;
+        k_q5_0_x16 => tile16_q5_0, k_q5_0_x12 => tile12_q5_0, k_q5_0_x8 => tile8_q5_0,
+        k_q5_0_t4 => tile4_q5_0;
 }
 
 /// One K-quant unit's exact sums against `S` packed sets of four rows with
@@ -301,8 +304,10 @@ unsafe fn q6_k_unit<const S: usize>(
 
 k_tiles! {
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni";
-    Q4_K: q4_k_tile(q4_k_unit), k_q4_k_x16 => tile16_q4_k, k_q4_k_x8 => tile8_q4_k, k_q4_k_t4 => tile4_q4_k;
-    Q6_K: q6_k_tile(q6_k_unit), k_q6_k_x16 => tile16_q6_k, k_q6_k_x8 => tile8_q6_k, k_q6_k_t4 => tile4_q6_k;
+    Q4_K: q4_k_tile(q4_k_unit), k_q4_k_x16 => tile16_q4_k, k_q4_k_x12 => tile12_q4_k,
+        k_q4_k_x8 => tile8_q4_k, k_q4_k_t4 => tile4_q4_k;
+    Q6_K: q6_k_tile(q6_k_unit), k_q6_k_x16 => tile16_q6_k, k_q6_k_x12 => tile12_q6_k,
+        k_q6_k_x8 => tile8_q6_k, k_q6_k_t4 => tile4_q6_k;
 }
 
 // ------------------------------------------------------------------ panels

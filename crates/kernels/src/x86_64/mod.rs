@@ -9,62 +9,72 @@
 //! (two blocks per 512-bit `vpdpbusd`, eight blocks' sums reduced together,
 //! scales converted by gathers) measured no faster in decoding.
 
-/// The 1×16, 1×8 and 1×4 tile functions of the legacy (Q8_0-activation)
-/// types for one ISA: `#[target_feature]` entry points over
-/// [`avx2::legacy_tile`] / [`avx2::legacy_tile4`] with a weight decoder
-/// (signed, or unsigned with its offset's shift, which must be the table's
-/// [`TileFns::sum_shift`]) and the ISA's block sums (generic over sets), and
-/// the checked wrappers the tables hold.
+/// The 1×16, 1×12, 1×8 and 1×4 tile functions of the legacy
+/// (Q8_0-activation) types for one ISA: `#[target_feature]` entry points over
+/// [`avx2::legacy_tile`] with a weight decoder (signed, or unsigned with its
+/// offset's shift, which must be the table's [`TileFns::sum_shift`]) and the
+/// ISA's block sums (generic over sets), and the checked wrappers the tables
+/// hold.
 macro_rules! legacy_tile_fns {
     ($feat:literal;
      $($ty:ident, $size:expr, $quants:ident, $shift:expr, $sets:ident,
-       $k16:ident => $f16:ident, $k8:ident => $f8:ident, $k4:ident => $f4:ident;)*) => {$(
+       $k16:ident => $f16:ident, $k12:ident => $f12:ident, $k8:ident => $f8:ident,
+       $k4:ident => $f4:ident;)*) => {$(
         #[target_feature(enable = $feat)]
-        unsafe fn $k16(nb: usize, w: *const u8, packed: *const u8) -> [[f32; 8]; 2] {
+        unsafe fn $k16(nb: usize, w: *const u8, packed: *const u8) -> [f32; 16] {
+            let tile = legacy_tile::<4, 2, $shift>;
             // SAFETY: forwarded from the wrapper's checks.
-            unsafe { legacy_tile::<4, 2, $shift>(nb, w, $size, packed, $quants, $sets::<4>) }
+            let ([a, b], _) = unsafe { tile(nb, w, $size, packed, $quants, $sets::<4>) };
+            std::array::from_fn(|c| if c < 8 { a[c] } else { b[c - 8] })
+        }
+        #[target_feature(enable = $feat)]
+        unsafe fn $k12(nb: usize, w: *const u8, packed: *const u8) -> [f32; 12] {
+            let tile = legacy_tile::<3, 1, $shift>;
+            // SAFETY: forwarded from the wrapper's checks.
+            let ([a], b) = unsafe { tile(nb, w, $size, packed, $quants, $sets::<3>) };
+            std::array::from_fn(|c| if c < 8 { a[c] } else { b[c - 8] })
         }
         #[target_feature(enable = $feat)]
         unsafe fn $k8(nb: usize, w: *const u8, packed: *const u8) -> [f32; 8] {
             // SAFETY: forwarded from the wrapper's checks.
-            unsafe { legacy_tile::<2, 1, $shift>(nb, w, $size, packed, $quants, $sets::<2>)[0] }
+            unsafe { legacy_tile::<2, 1, $shift>(nb, w, $size, packed, $quants, $sets::<2>).0[0] }
         }
         #[target_feature(enable = $feat)]
         unsafe fn $k4(nb: usize, w: *const u8, packed: *const u8) -> [f32; 4] {
             // SAFETY: forwarded from the wrapper's checks.
-            unsafe { legacy_tile4::<$shift>(nb, w, $size, packed, $quants, $sets::<1>) }
+            unsafe { legacy_tile::<1, 0, $shift>(nb, w, $size, packed, $quants, $sets::<1>).1 }
         }
-        pub(crate) fn $f16(n: usize, w: &[u8], packed: &[u8]) -> [f32; 16] {
+        tile_wrappers!(Q8_0, $ty: $k16 => $f16, 16; $k12 => $f12, 12; $k8 => $f8, 8; $k4 => $f4, 4);
+    )*};
+}
+
+/// The checked wrappers the tables hold, one per tile width: whole weight
+/// blocks, a packed group of `act` activations of the width's rows.
+macro_rules! tile_wrappers {
+    ($act:ident, $ty:ident: $($k:ident => $f:ident, $width:literal);*) => {$(
+        pub(crate) fn $f(n: usize, w: &[u8], packed: &[u8]) -> [f32; $width] {
             let nb = row_blocks(GgmlType::$ty, n, w);
-            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_0, n, 16), "packed group size");
-            // SAFETY: `nb` weight blocks and `nb` packed block groups (checked above);
-            // reachable only through a table handed out after the ISA's detection.
-            let [a, b] = unsafe { $k16(nb, w.as_ptr(), packed.as_ptr()) };
-            std::array::from_fn(|c| if c < 8 { a[c] } else { b[c - 8] })
-        }
-        pub(crate) fn $f8(n: usize, w: &[u8], packed: &[u8]) -> [f32; 8] {
-            let nb = row_blocks(GgmlType::$ty, n, w);
-            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_0, n, 8), "packed group size");
-            // SAFETY: `nb` weight blocks and `nb` packed block groups (checked above);
-            // reachable only through a table handed out after the ISA's detection.
-            unsafe { $k8(nb, w.as_ptr(), packed.as_ptr()) }
-        }
-        pub(crate) fn $f4(n: usize, w: &[u8], packed: &[u8]) -> [f32; 4] {
-            let nb = row_blocks(GgmlType::$ty, n, w);
-            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_0, n, 4), "packed group size");
-            // SAFETY: as for the 8-row tile, with groups of 4 rows.
-            unsafe { $k4(nb, w.as_ptr(), packed.as_ptr()) }
+            assert_eq!(
+                packed.len(),
+                crate::pack::group_bytes(GgmlType::$act, n, $width),
+                "packed group size"
+            );
+            // SAFETY: `nb` weight blocks and `nb` packed block groups of the width's rows
+            // (checked above); reachable only through a table handed out after the ISA's
+            // detection.
+            unsafe { $k(nb, w.as_ptr(), packed.as_ptr()) }
         }
     )*};
 }
 
-/// The 1×16, 1×8 and 1×4 tile functions of a K-quant type for one ISA: a
-/// tile body generic over its sets of four rows (with the ISA's unit, where
-/// the body takes one), its `#[target_feature]` entry points and the checked
-/// wrappers the tables hold.
+/// The 1×16, 1×12, 1×8 and 1×4 tile functions of a K-quant type for one
+/// ISA: a tile body generic over its sets of four rows (with the ISA's unit,
+/// where the body takes one), its `#[target_feature]` entry points and the
+/// checked wrappers the tables hold.
 macro_rules! k_tiles {
     ($feat:literal;
-     $($ty:ident: $body:ident $(($unit:ident))?, $k16:ident => $f16:ident, $k8:ident => $f8:ident, $k4:ident => $f4:ident;)*) => {$(
+     $($ty:ident: $body:ident $(($unit:ident))?, $k16:ident => $f16:ident, $k12:ident => $f12:ident,
+       $k8:ident => $f8:ident, $k4:ident => $f4:ident;)*) => {$(
         #[target_feature(enable = $feat)]
         unsafe fn $k16(nb: usize, w: *const u8, packed: *const u8) -> [f32; 16] {
             // SAFETY: forwarded from the wrapper's checks.
@@ -72,37 +82,23 @@ macro_rules! k_tiles {
             std::array::from_fn(|c| sets[c / 4][c % 4])
         }
         #[target_feature(enable = $feat)]
+        unsafe fn $k12(nb: usize, w: *const u8, packed: *const u8) -> [f32; 12] {
+            // SAFETY: forwarded from the wrapper's checks.
+            let sets = unsafe { $body::<3>(nb, w, packed $(, $unit::<3>)?) };
+            std::array::from_fn(|c| sets[c / 4][c % 4])
+        }
+        #[target_feature(enable = $feat)]
         unsafe fn $k8(nb: usize, w: *const u8, packed: *const u8) -> [f32; 8] {
             // SAFETY: forwarded from the wrapper's checks.
-            let [a, b] = unsafe { $body::<2>(nb, w, packed $(, $unit::<2>)?) };
-            [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
+            let sets = unsafe { $body::<2>(nb, w, packed $(, $unit::<2>)?) };
+            std::array::from_fn(|c| sets[c / 4][c % 4])
         }
         #[target_feature(enable = $feat)]
         unsafe fn $k4(nb: usize, w: *const u8, packed: *const u8) -> [f32; 4] {
             // SAFETY: forwarded from the wrapper's checks.
             unsafe { $body::<1>(nb, w, packed $(, $unit::<1>)?)[0] }
         }
-        pub(crate) fn $f16(n: usize, w: &[u8], packed: &[u8]) -> [f32; 16] {
-            let nb = row_blocks(GgmlType::$ty, n, w);
-            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_K, n, 16), "group size");
-            // SAFETY: `nb` weight blocks and `nb` packed groups of 16 rows (checked above);
-            // reachable only through a table handed out after the ISA's detection.
-            unsafe { $k16(nb, w.as_ptr(), packed.as_ptr()) }
-        }
-        pub(crate) fn $f8(n: usize, w: &[u8], packed: &[u8]) -> [f32; 8] {
-            let nb = row_blocks(GgmlType::$ty, n, w);
-            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_K, n, 8), "group size");
-            // SAFETY: `nb` weight blocks and `nb` packed groups of 8 rows (checked above);
-            // reachable only through a table handed out after the ISA's detection.
-            unsafe { $k8(nb, w.as_ptr(), packed.as_ptr()) }
-        }
-        pub(crate) fn $f4(n: usize, w: &[u8], packed: &[u8]) -> [f32; 4] {
-            let nb = row_blocks(GgmlType::$ty, n, w);
-            assert_eq!(packed.len(), crate::pack::group_bytes(GgmlType::Q8_K, n, 4), "group size");
-            // SAFETY: `nb` weight blocks and `nb` packed groups of 4 rows (checked above);
-            // reachable only through a table handed out after the ISA's detection.
-            unsafe { $k4(nb, w.as_ptr(), packed.as_ptr()) }
-        }
+        tile_wrappers!(Q8_K, $ty: $k16 => $f16, 16; $k12 => $f12, 12; $k8 => $f8, 8; $k4 => $f4, 4);
     )*};
 }
 
@@ -114,7 +110,8 @@ use crate::GgmlType as T;
 use crate::isa::Isa;
 use crate::panel;
 use crate::table::{
-    QuantizeFn, Tile4Fn, Tile8Fn, Tile16Fn, TileFns, TypeKernels, VecDotFn, VecDotX4Fn, scalar,
+    QuantizeFn, Tile4Fn, Tile8Fn, Tile12Fn, Tile16Fn, TileFns, TypeKernels, VecDotFn, VecDotX4Fn,
+    scalar,
 };
 
 /// `base` with the kernels given replaced, tagged with `isa`.
@@ -149,18 +146,17 @@ const fn with(
     k
 }
 
-/// `k` with 1×16, 1×8 and 1×4 tile kernels, whose unsigned weights carry an
+/// `k` with 1×16, 1×12, 1×8 and 1×4 tile kernels, whose unsigned weights carry an
 /// offset of `2^sum_shift` (0: signed weights, or Q8_K activations).
 const fn tiles(
     k: TypeKernels,
     sum_shift: u32,
-    x16: Tile16Fn,
-    x8: Tile8Fn,
-    x4: Tile4Fn,
+    (x16, x12, x8, x4): (Tile16Fn, Tile12Fn, Tile8Fn, Tile4Fn),
 ) -> TypeKernels {
     let mut k = k;
     k.tiles = Some(TileFns {
         x16: Some(x16),
+        x12: Some(x12),
         x8,
         x4,
         sum_shift,
@@ -222,9 +218,12 @@ pub(crate) static AVX2: [TypeKernels; 13] = [
                 Some(avx2::vec_dot_x4_q4_0),
             ),
             3,
-            avx2::tile16_q4_0,
-            avx2::tile8_q4_0,
-            avx2::tile4_q4_0,
+            (
+                avx2::tile16_q4_0,
+                avx2::tile12_q4_0,
+                avx2::tile8_q4_0,
+                avx2::tile4_q4_0,
+            ),
         ),
         avx2_panel::unpack_q4_0,
         panel::prepare_q4_0,
@@ -243,9 +242,12 @@ pub(crate) static AVX2: [TypeKernels; 13] = [
                 Some(avx2::vec_dot_x4_q5_0),
             ),
             4,
-            avx2::tile16_q5_0,
-            avx2::tile8_q5_0,
-            avx2::tile4_q5_0,
+            (
+                avx2::tile16_q5_0,
+                avx2::tile12_q5_0,
+                avx2::tile8_q5_0,
+                avx2::tile4_q5_0,
+            ),
         ),
         avx2_panel::unpack_q5_0,
         panel::prepare_q5_0,
@@ -264,9 +266,12 @@ pub(crate) static AVX2: [TypeKernels; 13] = [
                 Some(avx2::vec_dot_x4_q8_0),
             ),
             0,
-            avx2::tile16_q8_0,
-            avx2::tile8_q8_0,
-            avx2::tile4_q8_0,
+            (
+                avx2::tile16_q8_0,
+                avx2::tile12_q8_0,
+                avx2::tile8_q8_0,
+                avx2::tile4_q8_0,
+            ),
         ),
         avx2_panel::unpack_q8_0_i16,
         panel::prepare_q8_0_i16,
@@ -286,9 +291,12 @@ pub(crate) static AVX2: [TypeKernels; 13] = [
                 Some(avx2::vec_dot_x4_q4_k),
             ),
             0,
-            avx2::tile16_q4_k,
-            avx2::tile8_q4_k,
-            avx2::tile4_q4_k,
+            (
+                avx2::tile16_q4_k,
+                avx2::tile12_q4_k,
+                avx2::tile8_q4_k,
+                avx2::tile4_q4_k,
+            ),
         ),
         avx2_panel::unpack_q4_k,
         panel::prepare_q4_k,
@@ -307,9 +315,12 @@ pub(crate) static AVX2: [TypeKernels; 13] = [
                 Some(avx2::vec_dot_x4_q6_k),
             ),
             0,
-            avx2::tile16_q6_k,
-            avx2::tile8_q6_k,
-            avx2::tile4_q6_k,
+            (
+                avx2::tile16_q6_k,
+                avx2::tile12_q6_k,
+                avx2::tile8_q6_k,
+                avx2::tile4_q6_k,
+            ),
         ),
         avx2_panel::unpack_q6_k,
         panel::prepare_q6_k,
@@ -331,9 +342,12 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
         tiles(
             with(AVX2[3], V, None, None, None),
             3,
-            avx512::tile16_q4_0,
-            avx512::tile8_q4_0,
-            avx512::tile4_q4_0,
+            (
+                avx512::tile16_q4_0,
+                avx512::tile12_q4_0,
+                avx512::tile8_q4_0,
+                avx512::tile4_q4_0,
+            ),
         ),
         avx512::unpack_q4_0,
         panel::prepare_q4_0,
@@ -346,9 +360,12 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
         tiles(
             with(AVX2[5], V, None, None, None),
             4,
-            avx512::tile16_q5_0,
-            avx512::tile8_q5_0,
-            avx512::tile4_q5_0,
+            (
+                avx512::tile16_q5_0,
+                avx512::tile12_q5_0,
+                avx512::tile8_q5_0,
+                avx512::tile4_q5_0,
+            ),
         ),
         avx512::unpack_q5_0,
         panel::prepare_q5_0,
@@ -361,9 +378,12 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
         tiles(
             with(AVX2[7], V, None, None, None),
             7,
-            avx512::tile16_q8_0,
-            avx512::tile8_q8_0,
-            avx512::tile4_q8_0,
+            (
+                avx512::tile16_q8_0,
+                avx512::tile12_q8_0,
+                avx512::tile8_q8_0,
+                avx512::tile4_q8_0,
+            ),
         ),
         avx512::unpack_q8_0,
         panel::prepare_q8_0,
@@ -385,9 +405,12 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
                 Some(avx512::vec_dot_x4_q4_k),
             ),
             0,
-            avx512::tile16_q4_k,
-            avx512::tile8_q4_k,
-            avx512::tile4_q4_k,
+            (
+                avx512::tile16_q4_k,
+                avx512::tile12_q4_k,
+                avx512::tile8_q4_k,
+                avx512::tile4_q4_k,
+            ),
         ),
         avx512::unpack_q4_k,
         panel::prepare_q4_k,
@@ -406,9 +429,12 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
                 Some(avx512::vec_dot_x4_q6_k),
             ),
             0,
-            avx512::tile16_q6_k,
-            avx512::tile8_q6_k,
-            avx512::tile4_q6_k,
+            (
+                avx512::tile16_q6_k,
+                avx512::tile12_q6_k,
+                avx512::tile8_q6_k,
+                avx512::tile4_q6_k,
+            ),
         ),
         avx512::unpack_q6_k,
         panel::prepare_q6_k,
