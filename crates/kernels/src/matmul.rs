@@ -234,20 +234,38 @@ pub fn matmul_many<const N: usize>(
                 }
             }
         }
-        for r in r0..r1 {
-            let wr = &w[r * wrow..(r + 1) * wrow];
-            let mut t = plan.grouped_tokens;
-            if let Some(x4) = k.vec_dot_x4 {
-                while t + 4 <= tokens {
+        // Tokens past the tile groups: in fours through the x4 kernel where
+        // there is one, then one at a time (decoding), eight rows at a time
+        // where the type has an eight-row kernel.
+        let grouped = plan.grouped_tokens;
+        let singles = match k.vec_dot_x4 {
+            Some(_) => grouped + (tokens - grouped) / 4 * 4,
+            None => grouped,
+        };
+        if let Some(x4) = k.vec_dot_x4 {
+            for r in r0..r1 {
+                let wr = &w[r * wrow..(r + 1) * wrow];
+                for t in (grouped..singles).step_by(4) {
                     let v = x4(cols, wr, [a(t), a(t + 1), a(t + 2), a(t + 3)]);
                     for (c, v) in v.into_iter().enumerate() {
                         store(t + c, r, v);
                     }
-                    t += 4;
                 }
             }
-            for t in t..tokens {
-                store(t, r, (k.vec_dot)(cols, wr, a(t)));
+        }
+        for t in singles..tokens {
+            let mut r = r0;
+            if let Some(rows8) = k.vec_dot_rows8 {
+                while r + 8 <= r1 {
+                    let v = rows8(cols, &w[r * wrow..(r + 8) * wrow], a(t));
+                    for (i, v) in v.into_iter().enumerate() {
+                        store(t, r + i, v);
+                    }
+                    r += 8;
+                }
+            }
+            for r in r..r1 {
+                store(t, r, (k.vec_dot)(cols, &w[r * wrow..(r + 1) * wrow], a(t)));
             }
         }
     });

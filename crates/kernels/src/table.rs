@@ -14,6 +14,10 @@ pub type QuantizeFn = fn(src: &[f32], dst: &mut [u8]);
 pub type VecDotFn = fn(n: usize, w: &[u8], a: &[u8]) -> f32;
 /// One weight row against four activation rows, each weight block unpacked once.
 pub type VecDotX4Fn = fn(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4];
+/// Eight consecutive weight rows (`w`, whole rows of `n` values) against one
+/// activation row, the rows side by side in the lanes: the row kernel's
+/// bits for each, with the activation decoded once for all eight (decoding).
+pub type VecDotRows8Fn = fn(n: usize, w: &[u8], a: &[u8]) -> [f32; 8];
 /// One weight row against eight activation rows in the layout of
 /// [`crate::pack`] (for batches: prompt processing, embedding).
 pub type Tile8Fn = fn(n: usize, w: &[u8], packed: &[u8]) -> [f32; 8];
@@ -56,6 +60,9 @@ pub struct TypeKernels {
     pub vec_dot: VecDotFn,
     /// A 1×4 tile; `None` where only the row kernel exists.
     pub vec_dot_x4: Option<VecDotX4Fn>,
+    /// Eight rows against one token, each with [`TypeKernels::vec_dot`]'s
+    /// bits; `None` where only the row kernel exists.
+    pub vec_dot_rows8: Option<VecDotRows8Fn>,
     /// 1×16, 1×12, 1×8 and 1×4 tiles over packed activations; `None` where the ISA has
     /// none (always SIMD: the scalar twin is [`TypeKernels::vec_dot`] per column).
     pub tiles: Option<TileFns>,
@@ -97,6 +104,7 @@ macro_rules! scalar_entry {
             quantize_activation: scalar::$q,
             vec_dot: scalar::$dot,
             vec_dot_x4: $x4,
+            vec_dot_rows8: None,
             tiles: None,
             panel: None,
         }

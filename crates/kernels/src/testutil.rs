@@ -369,6 +369,28 @@ fn check_tiles(
             );
         }
     }
+    if let Some(rows8) = k.vec_dot_rows8 {
+        // Eight rows: the weight row with its blocks rotated by 0..8, each
+        // against its row kernel on the first activation row.
+        let bytes = w.len() / (n / ty.block_size()).max(1);
+        let rotated: Vec<Vec<u8>> = (0..8)
+            .map(|r| {
+                let mut v = w.to_vec();
+                let len = v.len().max(1);
+                v.rotate_left(r * bytes % len);
+                v
+            })
+            .collect();
+        let got = rows8(n, &rotated.concat(), &cols[0]);
+        for (r, (row, &got)) in rotated.iter().zip(&got).enumerate() {
+            let want = (k.vec_dot)(n, row, &cols[0]);
+            assert!(
+                got.to_bits() == want.to_bits(),
+                "{} {ty}: eight-row kernel row {r} {got} vs row kernel {want} (seed {seed})",
+                k.isa
+            );
+        }
+    }
     if let Some(x4) = k.vec_dot_x4 {
         let got = x4(n, w, [&cols[0], &cols[1], &cols[2], &cols[3]]);
         for c in 0..4 {

@@ -143,14 +143,21 @@ pub(super) const PREFETCH_AHEAD: usize = 3072;
 /// never faults, so running past the end of the matrix is harmless.
 #[inline(always)]
 pub(super) unsafe fn prefetch_block(p: *const u8, size: usize) {
+    prefetch_range(p.wrapping_add(PREFETCH_AHEAD), size);
+}
+
+/// Prefetches one address in every 64 bytes of `p..p + len` (a hint: any
+/// address is harmless).
+#[inline(always)]
+pub(super) fn prefetch_range(p: *const u8, len: usize) {
     if cfg!(miri) {
         return;
     }
     let mut o = 0;
-    while o < size {
+    while o < len {
         // SAFETY: `_mm_prefetch` is a hint: it never faults and reads no value,
         // whatever the address; `wrapping_add` forms the address without UB.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH_AHEAD + o).cast()) };
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o).cast()) };
         o += 64;
     }
 }
@@ -242,8 +249,53 @@ unsafe fn legacy_q8_0<const N: usize>(
     }
 }
 
+/// [`legacy_q8_0`] for eight consecutive weight rows `stride` bytes apart
+/// against one activation row, the rows side by side in the lanes: per block
+/// the rows' exact integer sums (one horizontal reduction for all eight),
+/// then `acc[i % 2] = fma(d_w·d_a, Σ, acc[i % 2])` per lane and `acc[0] +
+/// acc[1]`: each row's bits from the row kernel, with the activation block
+/// loaded and its scale converted once for the eight rows.
+#[inline(always)]
+unsafe fn legacy_rows8(
+    nb: usize,
+    w: *const u8,
+    stride: usize,
+    wsize: usize,
+    a: *const u8,
+    quants: unsafe fn(*const u8) -> __m256i,
+) -> [f32; 8] {
+    // SAFETY: the wrappers checked eight rows of `nb` whole blocks `stride` bytes
+    // apart and an activation row of `nb` blocks; AVX2/FMA/F16C are enabled.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); 2];
+        for i in 0..nb {
+            let y = a.add(i * 34);
+            let ay = load(y.add(2));
+            let mut p = [_mm256_setzero_si256(); 8];
+            let mut dx = [0.0f32; 8];
+            // The next eight rows (contiguous) stream in linearly, a
+            // block's share of them per block: the rows' interleaved reads would
+            // defeat the hardware's stream prefetch.
+            prefetch_range(w.wrapping_add(8 * (stride + i * wsize)), 8 * wsize);
+            for (r, (p, dx)) in p.iter_mut().zip(&mut dx).enumerate() {
+                let x = w.add(r * stride + i * wsize);
+                let qx = quants(x);
+                *p = maddubs_i32(abs_u8(qx), signed_like(ay, qx));
+                *dx = fp16(x);
+            }
+            let d = _mm256_mul_ps(_mm256_loadu_ps(dx.as_ptr()), _mm256_set1_ps(fp16(y)));
+            let s = _mm256_cvtepi32_ps(hsum8_i32(&p));
+            acc[i % 2] = _mm256_fmadd_ps(d, s, acc[i % 2]);
+        }
+        let mut out = [0.0f32; 8];
+        _mm256_storeu_ps(out.as_mut_ptr(), _mm256_add_ps(acc[0], acc[1]));
+        out
+    }
+}
+
 macro_rules! legacy_kernels {
-    ($($ty:ident, $size:expr, $quants:ident, $one:ident, $x4:ident, $k1:ident, $k4:ident;)*) => {$(
+    ($($ty:ident, $size:expr, $quants:ident, $one:ident, $x4:ident, $rows8:ident, $k1:ident, $k4:ident,
+       $k8:ident;)*) => {$(
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn $k1(nb: usize, w: *const u8, a: *const u8) -> f32 {
             // SAFETY: forwarded from the caller's contract.
@@ -253,6 +305,21 @@ macro_rules! legacy_kernels {
         unsafe fn $k4(nb: usize, w: *const u8, a: [*const u8; 4]) -> [f32; 4] {
             // SAFETY: forwarded from the caller's contract.
             unsafe { legacy_q8_0::<4>(nb, w, $size, a, $quants) }
+        }
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $k8(nb: usize, w: *const u8, stride: usize, a: *const u8) -> [f32; 8] {
+            // SAFETY: forwarded from the caller's contract.
+            unsafe { legacy_rows8(nb, w, stride, $size, a, $quants) }
+        }
+        pub(crate) fn $rows8(n: usize, w: &[u8], a: &[u8]) -> [f32; 8] {
+            let nb = row_blocks(GgmlType::Q8_0, n, a);
+            assert!(w.len().is_multiple_of(8), "eight whole rows");
+            let stride = w.len() / 8;
+            assert_eq!(row_blocks(GgmlType::$ty, n, &w[..stride]), nb);
+            // SAFETY: eight rows of `nb` blocks, `stride` bytes apart, and an activation
+            // row of `nb` blocks (checked above); reachable only through a table handed
+            // out after AVX2+FMA+F16C were detected.
+            unsafe { $k8(nb, w.as_ptr(), stride, a.as_ptr()) }
         }
         pub(crate) fn $one(n: usize, w: &[u8], a: &[u8]) -> f32 {
             let nb = row_blocks(GgmlType::$ty, n, w);
@@ -273,9 +340,12 @@ macro_rules! legacy_kernels {
 }
 
 legacy_kernels! {
-    Q8_0, 34, q8_0_quants, vec_dot_q8_0, vec_dot_x4_q8_0, k_q8_0, k_q8_0_x4;
-    Q4_0, 18, q4_0_quants, vec_dot_q4_0, vec_dot_x4_q4_0, k_q4_0, k_q4_0_x4;
-    Q5_0, 22, q5_0_quants, vec_dot_q5_0, vec_dot_x4_q5_0, k_q5_0, k_q5_0_x4;
+    Q8_0, 34, q8_0_quants, vec_dot_q8_0, vec_dot_x4_q8_0, vec_dot_rows8_q8_0, k_q8_0, k_q8_0_x4,
+        k_q8_0_rows8;
+    Q4_0, 18, q4_0_quants, vec_dot_q4_0, vec_dot_x4_q4_0, vec_dot_rows8_q4_0, k_q4_0, k_q4_0_x4,
+        k_q4_0_rows8;
+    Q5_0, 22, q5_0_quants, vec_dot_q5_0, vec_dot_x4_q5_0, vec_dot_rows8_q5_0, k_q5_0, k_q5_0_x4,
+        k_q5_0_rows8;
 }
 
 /// Eight `i32 × 8` vectors → one vector of their eight horizontal sums, in order.

@@ -110,8 +110,8 @@ use crate::GgmlType as T;
 use crate::isa::Isa;
 use crate::panel;
 use crate::table::{
-    QuantizeFn, Tile4Fn, Tile8Fn, Tile12Fn, Tile16Fn, TileFns, TypeKernels, VecDotFn, VecDotX4Fn,
-    scalar,
+    QuantizeFn, Tile4Fn, Tile8Fn, Tile12Fn, Tile16Fn, TileFns, TypeKernels, VecDotFn,
+    VecDotRows8Fn, VecDotX4Fn, scalar,
 };
 
 /// `base` with the kernels given replaced, tagged with `isa`.
@@ -131,6 +131,8 @@ const fn with(
     if let Some(d) = dot {
         k.vec_dot = d;
         k.simd.vec_dot = true;
+        // Eight-row kernels are written to match their own row kernel.
+        k.vec_dot_rows8 = None;
         // A SIMD row kernel must not be mixed with the scalar x4 kernel: tokens
         // in groups of four would get other bits than a lone token (batch
         // invariance). SIMD x4 kernels are written to match their row kernels.
@@ -143,6 +145,13 @@ const fn with(
         k.vec_dot_x4 = Some(x);
         k.simd.vec_dot_x4 = true;
     }
+    k
+}
+
+/// `k` with an eight-row kernel (written to match `k`'s row kernel).
+const fn rows8(k: TypeKernels, f: VecDotRows8Fn) -> TypeKernels {
+    let mut k = k;
+    k.vec_dot_rows8 = Some(f);
     k
 }
 
@@ -210,12 +219,15 @@ pub(crate) static AVX2: [TypeKernels; 13] = [
     with(scalar(T::BF16), A, None, None, None),
     panels(
         tiles(
-            with(
-                scalar(T::Q4_0),
-                A,
-                Q8_0,
-                Some(avx2::vec_dot_q4_0),
-                Some(avx2::vec_dot_x4_q4_0),
+            rows8(
+                with(
+                    scalar(T::Q4_0),
+                    A,
+                    Q8_0,
+                    Some(avx2::vec_dot_q4_0),
+                    Some(avx2::vec_dot_x4_q4_0),
+                ),
+                avx2::vec_dot_rows8_q4_0,
             ),
             3,
             (
@@ -234,12 +246,15 @@ pub(crate) static AVX2: [TypeKernels; 13] = [
     with(scalar(T::Q4_1), A, Q8_1, Some(avx2::vec_dot_q4_1), None),
     panels(
         tiles(
-            with(
-                scalar(T::Q5_0),
-                A,
-                Q8_0,
-                Some(avx2::vec_dot_q5_0),
-                Some(avx2::vec_dot_x4_q5_0),
+            rows8(
+                with(
+                    scalar(T::Q5_0),
+                    A,
+                    Q8_0,
+                    Some(avx2::vec_dot_q5_0),
+                    Some(avx2::vec_dot_x4_q5_0),
+                ),
+                avx2::vec_dot_rows8_q5_0,
             ),
             4,
             (
@@ -258,12 +273,15 @@ pub(crate) static AVX2: [TypeKernels; 13] = [
     with(scalar(T::Q5_1), A, Q8_1, None, None),
     panels(
         tiles(
-            with(
-                scalar(T::Q8_0),
-                A,
-                Q8_0,
-                Some(avx2::vec_dot_q8_0),
-                Some(avx2::vec_dot_x4_q8_0),
+            rows8(
+                with(
+                    scalar(T::Q8_0),
+                    A,
+                    Q8_0,
+                    Some(avx2::vec_dot_q8_0),
+                    Some(avx2::vec_dot_x4_q8_0),
+                ),
+                avx2::vec_dot_rows8_q8_0,
             ),
             0,
             (
