@@ -304,8 +304,10 @@ fn check_tiles(
         }
     };
     if let Some(tiles) = k.tiles {
-        let group = |g: usize| -> Vec<u8> {
-            let rows: Vec<u8> = cols[..g].concat();
+        // A group of the given activation rows, packed where the type needs it.
+        let group = |rows: Vec<&Vec<u8>>| -> Vec<u8> {
+            let g = rows.len();
+            let rows: Vec<u8> = rows.into_iter().flatten().copied().collect();
             if crate::pack::needs_packing(k.activation) {
                 let mut packed = vec![0u8; crate::pack::group_bytes(k.activation, n, g)];
                 crate::pack::pack(k.activation, n, g, &rows, &mut packed, tiles.sum_shift);
@@ -314,31 +316,19 @@ fn check_tiles(
                 rows
             }
         };
-        let got8 = (tiles.x8)(n, w, &group(8));
-        let got4 = (tiles.x4)(n, w, &group(4));
-        // The 1×16 tile takes the eight rows twice, the second time in reverse.
-        let got16 = tiles.x16.map(|x16| {
-            let rows: Vec<u8> = cols
-                .iter()
-                .chain(cols.iter().rev())
-                .flatten()
-                .copied()
-                .collect();
-            let mut packed = vec![0u8; crate::pack::group_bytes(k.activation, n, 16)];
-            crate::pack::pack(k.activation, n, 16, &rows, &mut packed, tiles.sum_shift);
-            x16(n, w, &packed)
-        });
-        // The 1×12 tile takes the eight rows, then the first four in reverse.
+        let got8 = (tiles.x8)(n, w, &group(cols.iter().collect()));
+        let got4 = (tiles.x4)(n, w, &group(cols[..4].iter().collect()));
+        // The 1×16 tile takes the eight rows twice, the second time in reverse;
+        // the 1×12 tile the eight rows, then the first four in reverse.
+        let got16 = tiles
+            .x16
+            .map(|x16| x16(n, w, &group(cols.iter().chain(cols.iter().rev()).collect())));
         let got12 = tiles.x12.map(|x12| {
-            let rows: Vec<u8> = cols
-                .iter()
-                .chain(cols[..4].iter().rev())
-                .flatten()
-                .copied()
-                .collect();
-            let mut packed = vec![0u8; crate::pack::group_bytes(k.activation, n, 12)];
-            crate::pack::pack(k.activation, n, 12, &rows, &mut packed, tiles.sum_shift);
-            x12(n, w, &packed)
+            x12(
+                n,
+                w,
+                &group(cols.iter().chain(cols[..4].iter().rev()).collect()),
+            )
         });
         let col16 = |c: usize| if c < 8 { c } else { 15 - c };
         let col12 = |c: usize| if c < 8 { c } else { 11 - c };
