@@ -206,6 +206,9 @@ fn bench(c: &mut Criterion) {
         (2048, 640),
         (1536, 576),
         (262_144, 640),
+        // Larger than L3 with whole 256-value blocks, so the K-quants'
+        // single-token rows are measured streaming from memory too.
+        (131_072, 768),
     ];
     let mut g = c.benchmark_group("matmul");
     g.sample_size(10)

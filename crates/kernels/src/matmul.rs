@@ -75,11 +75,14 @@ struct Out<T>(*mut T);
 // `matmul_many`'s uses), so sharing the pointer across threads cannot race.
 unsafe impl<T> Sync for Out<T> {}
 
-/// Rows per task: enough tasks to balance the threads, each a few rows at least.
+/// Rows per task: enough tasks to balance the threads, each a whole number
+/// of eight-row groups (the single-token kernels' unit) where there are
+/// eight rows.
 fn chunk_rows(rows: usize, threads: usize) -> usize {
     rows.div_ceil(threads.max(1) * 4)
-        .clamp(1, 256)
-        .max(8.min(rows.max(1)))
+        .next_multiple_of(8)
+        .clamp(8, 256)
+        .min(rows.max(1))
 }
 
 /// A weight matrix: `rows` rows of `cols` values of type `kernels.weight`.

@@ -32,7 +32,7 @@ unsafe fn rd_u16(p: *const u8) -> u16 {
 /// Miri (which runs these kernels only from the AVX-512 tests) the same exact
 /// conversion is done in software.
 #[inline(always)]
-unsafe fn fp16(p: *const u8) -> f32 {
+pub(super) unsafe fn fp16(p: *const u8) -> f32 {
     if cfg!(miri) {
         // SAFETY: `p` has two readable bytes.
         return f16::from_bits(unsafe { rd_u16(p) }).to_f32_const();

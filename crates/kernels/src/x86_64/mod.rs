@@ -358,7 +358,10 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
     with(AVX2[2], V, None, None, None),
     panels(
         tiles(
-            with(AVX2[3], V, None, None, None),
+            rows8(
+                with(AVX2[3], V, None, None, None),
+                avx512::vec_dot_rows8_q4_0,
+            ),
             3,
             (
                 avx512::tile16_q4_0,
@@ -376,7 +379,10 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
     with(AVX2[4], V, None, None, None),
     panels(
         tiles(
-            with(AVX2[5], V, None, None, None),
+            rows8(
+                with(AVX2[5], V, None, None, None),
+                avx512::vec_dot_rows8_q5_0,
+            ),
             4,
             (
                 avx512::tile16_q5_0,
@@ -415,12 +421,15 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
     // the VNNI row kernels).
     panels(
         tiles(
-            with(
-                AVX2[10],
-                V,
-                None,
-                Some(avx512::vec_dot_q4_k),
-                Some(avx512::vec_dot_x4_q4_k),
+            rows8(
+                with(
+                    AVX2[10],
+                    V,
+                    None,
+                    Some(avx512::vec_dot_q4_k),
+                    Some(avx512::vec_dot_x4_q4_k),
+                ),
+                avx512::vec_dot_rows8_q4_k,
             ),
             0,
             (
