@@ -9,7 +9,7 @@
 
 use criterion::{Criterion, black_box, criterion_group, criterion_main};
 use lamina_kernels::matmul::{Scratch, Weights, matmul};
-use lamina_kernels::pool::Rayon;
+use lamina_kernels::spin::SpinPool;
 use lamina_kernels::{GgmlType, Isa, kernels};
 use std::time::Instant;
 
@@ -199,17 +199,27 @@ fn bench(c: &mut Criterion) {
         "ISA {} | memory bandwidth {bw:.1} GB/s | int8 dot peak {peak:.1} GOP/s",
         Isa::selected().unwrap()
     );
+    // (rows, cols): every weight shape of the three models, the projections
+    // both ways round.
     let shapes = [
         (768, 768),
+        (1152, 768),
+        (768, 1152),
         (3072, 768),
         (768, 3072),
         (2048, 640),
+        (640, 2048),
         (1536, 576),
+        (576, 1536),
         (262_144, 640),
         // Larger than L3 with whole 256-value blocks, so the K-quants'
         // single-token rows are measured streaming from memory too.
         (131_072, 768),
     ];
+    // The engine's default pool (rayon's wakes its workers through the OS on
+    // every call, which costs single-token calls of tens of microseconds a
+    // visible share).
+    let pool = SpinPool::new(rayon::current_num_threads());
     let mut g = c.benchmark_group("matmul");
     g.sample_size(10)
         .warm_up_time(std::time::Duration::from_millis(300));
@@ -248,7 +258,7 @@ fn bench(c: &mut Criterion) {
                 // pool), then the median of enough calls to fill ~0.3 s.
                 let time = |s: &mut Scratch, y: &mut [f32]| {
                     let t = Instant::now();
-                    matmul(&wm, &x, tokens, y, s, &Rayon).unwrap();
+                    matmul(&wm, &x, tokens, y, s, &pool).unwrap();
                     t.elapsed().as_secs_f64()
                 };
                 let first = time(&mut s, &mut y);
@@ -267,7 +277,7 @@ fn bench(c: &mut Criterion) {
                 if rows <= 3072 && (tokens == 1 || tokens == 59) {
                     g.bench_function(format!("{ty}/{rows}x{cols}/T{tokens}"), |b| {
                         b.iter(|| {
-                            matmul(&wm, black_box(&x), tokens, &mut y, &mut s, &Rayon).unwrap()
+                            matmul(&wm, black_box(&x), tokens, &mut y, &mut s, &pool).unwrap()
                         })
                     });
                 }

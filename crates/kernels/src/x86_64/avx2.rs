@@ -137,6 +137,13 @@ unsafe fn bytes_from_bits(p: *const u8) -> __m256i {
 /// (measured on SmolLM2's 576- and 1536-column Q8_0 rows).
 pub(super) const PREFETCH_AHEAD: usize = 3072;
 
+/// How far ahead of the eight rows being multiplied the eight-row kernels
+/// prefetch the weights that follow them (at least the next eight rows). One
+/// group of eight rows ahead (3.4 KiB of 768-column Q4_0) left a Zen 5 part's
+/// single-token Q4_0/Q4_K matmuls from memory at 36-42 GB/s on 2 threads;
+/// 8 KiB ahead brought them to 53-55 (12 KiB and more measured no better).
+pub(super) const ROWS8_PREFETCH_AHEAD: usize = 8192;
+
 /// Prefetches the cache lines of the weight block of `size` bytes that lies
 /// [`PREFETCH_AHEAD`] bytes after `p` (blocks are contiguous, so one
 /// prefetch per 64 bytes of each block reaches every line). A prefetch
@@ -273,10 +280,14 @@ unsafe fn legacy_rows8(
             let ay = load(y.add(2));
             let mut p = [_mm256_setzero_si256(); 8];
             let mut dx = [0.0f32; 8];
-            // The next eight rows (contiguous) stream in linearly, a
-            // block's share of them per block: the rows' interleaved reads would
-            // defeat the hardware's stream prefetch.
-            prefetch_range(w.wrapping_add(8 * (stride + i * wsize)), 8 * wsize);
+            // The weights after these eight rows (contiguous) stream in
+            // linearly, [`ROWS8_PREFETCH_AHEAD`] bytes ahead, a block's share
+            // per block: the rows' interleaved reads would defeat the
+            // hardware's stream prefetch.
+            prefetch_range(
+                w.wrapping_add((8 * stride).max(ROWS8_PREFETCH_AHEAD) + 8 * i * wsize),
+                8 * wsize,
+            );
             for (r, (p, dx)) in p.iter_mut().zip(&mut dx).enumerate() {
                 let x = w.add(r * stride + i * wsize);
                 let qx = quants(x);

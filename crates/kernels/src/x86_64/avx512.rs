@@ -8,8 +8,8 @@
 //! f16 scales are decoded in software.
 
 use super::avx2::{
-    all_dwords, hsum_i32, k_block_step, legacy_tile, prefetch_block, prefetch_range, q4_0_unsigned,
-    q4_k_tile, q5_0_unsigned, q6_k_tile, q8_0_unsigned,
+    ROWS8_PREFETCH_AHEAD, all_dwords, hsum_i32, k_block_step, legacy_tile, prefetch_block,
+    prefetch_range, q4_0_unsigned, q4_k_tile, q5_0_unsigned, q6_k_tile, q8_0_unsigned,
 };
 use crate::GgmlType;
 use crate::scalar::{k4_scales_mins, row_blocks};
@@ -341,8 +341,11 @@ unsafe fn legacy_rows8_vnni(
                 _mm512_setzero_si512(),
                 _mm512_dpbusd_epi32(off, offset, yhi),
             );
-            // As AVX2's kernel: the next eight rows streamed in linearly.
-            prefetch_range(w.wrapping_add(8 * (stride + i * wsize)), 8 * wsize);
+            // As AVX2's kernel: the weights ahead streamed in linearly.
+            prefetch_range(
+                w.wrapping_add((8 * stride).max(ROWS8_PREFETCH_AHEAD) + 8 * i * wsize),
+                8 * wsize,
+            );
             let x: [*const u8; 8] = std::array::from_fn(|r| w.add(r * stride + i * wsize));
             let (lo_e, hi_e) = decode([x[0], x[2], x[4], x[6]]);
             let (lo_o, hi_o) = decode([x[1], x[3], x[5], x[7]]);
@@ -451,7 +454,10 @@ unsafe fn q4_k_rows8(nb: usize, w: *const u8, stride: usize, a: *const u8) -> [f
         let mut accm = _mm256_setzero_ps();
         for i in 0..nb {
             let ys = a.add(292 * i);
-            prefetch_range(w.wrapping_add(8 * (stride + i * 144)), 8 * 144);
+            prefetch_range(
+                w.wrapping_add((8 * stride).max(ROWS8_PREFETCH_AHEAD) + 8 * i * 144),
+                8 * 144,
+            );
             let y8: [__m512i; 4] = std::array::from_fn(|j| load512(ys.add(4 + 64 * j)));
             // The sub-blocks' bsum pairs, as i16 in every 128-bit lane.
             let bs = _mm256_loadu_si256(ys.add(260).cast());
