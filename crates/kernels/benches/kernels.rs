@@ -6,6 +6,7 @@
 //! far larger than L3) and the int8 multiply-add peak (a register-only loop
 //! of the selected ISA's dot kernel on L1-resident data).
 //! Timings on a shared machine are noisy; re-measure on a quiet one.
+//! `LAMINA_BENCH_ONLY=Q8_0:576x1536,...` limits the table to those matrices.
 
 use criterion::{Criterion, black_box, criterion_group, criterion_main};
 use lamina_kernels::matmul::{Scratch, Weights, matmul};
@@ -192,6 +193,15 @@ mod x86_peak {
     }
 }
 
+/// Whether `LAMINA_BENCH_ONLY` (a comma-separated list such as
+/// `Q8_0:576x1536,Q4_K:768x3072`; unset: every shape) names this matrix.
+fn selected(only: &Option<String>, ty: GgmlType, rows: usize, cols: usize) -> bool {
+    only.as_ref().is_none_or(|o| {
+        let name = format!("{ty}:{rows}x{cols}");
+        o.split(',').any(|s| s.trim() == name)
+    })
+}
+
 fn bench(c: &mut Criterion) {
     let bw = probe_bandwidth();
     let peak = probe_int8_peak();
@@ -220,6 +230,7 @@ fn bench(c: &mut Criterion) {
     // every call, which costs single-token calls of tens of microseconds a
     // visible share).
     let pool = SpinPool::new(rayon::current_num_threads());
+    let only = std::env::var("LAMINA_BENCH_ONLY").ok();
     let mut g = c.benchmark_group("matmul");
     g.sample_size(10)
         .warm_up_time(std::time::Duration::from_millis(300));
@@ -238,6 +249,9 @@ fn bench(c: &mut Criterion) {
             if !cols.is_multiple_of(ty.block_size()) {
                 continue;
             }
+            if !selected(&only, ty, rows, cols) {
+                continue;
+            }
             let w = weights(ty, rows, cols);
             let wm = Weights {
                 kernels: k,
@@ -246,9 +260,6 @@ fn bench(c: &mut Criterion) {
                 cols,
             };
             for tokens in [1usize, 12, 59, 512] {
-                if rows * tokens > 4 << 20 {
-                    continue; // the 262144-row projection only for small batches
-                }
                 let x: Vec<f32> = (0..tokens * cols)
                     .map(|i| (i % 13) as f32 * 0.1 - 0.6)
                     .collect();

@@ -85,6 +85,23 @@ fn chunk_rows(rows: usize, threads: usize) -> usize {
         .min(rows.max(1))
 }
 
+/// Rows per panel task: whole panels, about four tasks per thread, the size
+/// (down to half that) whose tasks the threads share most evenly, since a
+/// task is long (576 rows in tasks of 80 left one thread 320 rows to the
+/// other's 256; tasks of 48 split them 288/288).
+fn panel_chunk_rows(rows: usize, threads: usize) -> usize {
+    let threads = threads.max(1);
+    let panels = rows.div_ceil(PANEL_ROWS).max(1);
+    let target = panels.div_ceil(threads * 4);
+    // The most panels any thread runs when tasks of `c` are claimed in turn.
+    let busiest = |c: usize| panels.div_ceil(c).div_ceil(threads) * c;
+    let best = (target.div_ceil(2)..=target)
+        .rev()
+        .min_by_key(|&c| busiest(c))
+        .unwrap_or(1);
+    best * PANEL_ROWS
+}
+
 /// A weight matrix: `rows` rows of `cols` values of type `kernels.weight`.
 #[derive(Clone, Copy, Debug)]
 pub struct Weights<'a> {
@@ -370,10 +387,7 @@ fn panel_matmul<const N: usize>(
     let prepared = &scratch.packed[..padded * prow];
     // Tasks of whole panels; each unpacks into its own panel buffer.
     let total_rows: usize = wms.iter().map(|w| w.rows).sum();
-    let chunk = total_rows
-        .div_ceil(pool.threads().max(1) * 4)
-        .next_multiple_of(PANEL_ROWS)
-        .max(PANEL_ROWS);
+    let chunk = panel_chunk_rows(total_rows, pool.threads());
     let tasks = RowTasks::new(&wms, chunk);
     let n_tasks = tasks.count();
     let pbytes = p.panel_bytes(cols);
@@ -717,6 +731,21 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// Panel tasks are whole panels, shared evenly where a size allows.
+    #[test]
+    fn panel_tasks_balance_the_threads() {
+        assert_eq!(panel_chunk_rows(576, 2), 48);
+        assert_eq!(panel_chunk_rows(1536, 2), 192);
+        assert_eq!(panel_chunk_rows(262_144, 2), 32_768);
+        for (rows, threads) in [(0, 2), (1, 1), (17, 2), (576, 16), (1000, 3)] {
+            let c = panel_chunk_rows(rows, threads);
+            assert!(
+                c >= PANEL_ROWS && c.is_multiple_of(PANEL_ROWS),
+                "{rows} {threads}: {c}"
+            );
         }
     }
 
