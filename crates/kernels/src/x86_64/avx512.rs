@@ -254,7 +254,9 @@ legacy_tile_fns! {
 // lane), unsigned quants through `vpdpbusd`. AVX2's eight-row kernel spends
 // about fifteen uops per row and block (decode, `maddubs` + `madd`, a scalar
 // scale conversion); this one about five, which a Zen 5 part needed to
-// stream Q4_0 from memory instead of computing at half its bandwidth.
+// stream Q4_0 from memory instead of computing at half its bandwidth. Q8_0's
+// signed quants go in as `q + 128` (offset 2^7); in cache its eight rows run
+// at 110-124 GB/s against AVX2's 91-93.
 
 /// Four weight rows' 16-byte chunks at `p[r]` in the lanes of one vector.
 #[inline(always)]
@@ -281,6 +283,19 @@ unsafe fn q4_0_lanes(x: [*const u8; 4]) -> (__m512i, __m512i) {
         (
             _mm512_and_si512(v, m4),
             _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4),
+        )
+    }
+}
+
+#[inline(always)]
+unsafe fn q8_0_lanes(x: [*const u8; 4]) -> (__m512i, __m512i) {
+    // SAFETY: Q8_0 blocks have their 32 signed quants at offset 2; AVX-512F is enabled.
+    unsafe {
+        // q + 128 as unsigned bytes.
+        let flip = _mm512_set1_epi8(i8::MIN);
+        (
+            _mm512_xor_si512(lanes4(x.map(|p| p.add(2))), flip),
+            _mm512_xor_si512(lanes4(x.map(|p| p.add(18))), flip),
         )
     }
 }
@@ -407,6 +422,7 @@ macro_rules! legacy_rows8_fns {
 legacy_rows8_fns! {
     Q4_0, 18, 3, q4_0_lanes, k_q4_0_rows8 => vec_dot_rows8_q4_0;
     Q5_0, 22, 4, q5_0_lanes, k_q5_0_rows8 => vec_dot_rows8_q5_0;
+    Q8_0, 34, 7, q8_0_lanes, k_q8_0_rows8 => vec_dot_rows8_q8_0;
 }
 
 /// Sixteen dwords of each of eight vectors summed: `[Σv0, …, Σv7]`.

@@ -5,11 +5,11 @@
 //! replaces the Q4_K and Q6_K row/x4 kernels and all the tiles with VNNI
 //! ones that keep AVX2's arithmetic (the same bits: batch invariance holds
 //! across the two tables too), and adds the weight panels
-//! ([`crate::panel`]), and eight-row kernels for Q4_0, Q5_0 and Q4_K (four
-//! rows' blocks per 512-bit `vpdpbusd`; Q4_K's activation loads and float
-//! step shared by eight rows). The other legacy row kernels and Q8_0's
-//! eight-row kernel stay AVX2's: a VNNI version (two blocks per 512-bit
-//! `vpdpbusd`, scales converted by gathers) measured no faster in decoding.
+//! ([`crate::panel`]), and eight-row kernels for Q8_0, Q4_0, Q5_0 and Q4_K
+//! (four rows' blocks per 512-bit `vpdpbusd`; Q4_K's activation loads and
+//! float step shared by eight rows). The legacy row kernels stay AVX2's: a
+//! VNNI version (two blocks per 512-bit `vpdpbusd`, scales converted by
+//! gathers) measured no faster in decoding.
 
 /// The 1×16, 1×12, 1×8 and 1×4 tile functions of the legacy
 /// (Q8_0-activation) types for one ISA: `#[target_feature]` entry points over
@@ -402,7 +402,10 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
     with(AVX2[6], V, None, None, None),
     panels(
         tiles(
-            with(AVX2[7], V, None, None, None),
+            rows8(
+                with(AVX2[7], V, None, None, None),
+                avx512::vec_dot_rows8_q8_0,
+            ),
             7,
             (
                 avx512::tile16_q8_0,
