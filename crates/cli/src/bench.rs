@@ -174,11 +174,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
         let pp_time = t.elapsed().as_secs_f64();
         let t = Instant::now();
         for _ in 0..a.tg {
-            let next = logits
-                .iter()
-                .enumerate()
-                .max_by(|x, y| x.1.total_cmp(y.1))
-                .map_or(0, |(i, _)| i as u32);
+            let next = lamina_model::sampling::argmax(&logits) as u32;
             model.forward_cached(
                 &mut ws,
                 &mut cache,
