@@ -26,7 +26,7 @@ fn weights(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
     lamina_quant::quantize_row(ty, &x, &mut row).unwrap();
     let mut w = row.repeat(rows);
     let scales = match ty {
-        GgmlType::Q8_0 | GgmlType::Q4_0 => 0..2,
+        GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0 => 0..2,
         GgmlType::Q4_K => 0..4,
         GgmlType::Q6_K => 208..210,
         _ => 0..ty.type_size(),
@@ -238,6 +238,7 @@ fn bench(c: &mut Criterion) {
     for ty in [
         GgmlType::Q8_0,
         GgmlType::Q4_0,
+        GgmlType::Q5_0,
         GgmlType::Q4_K,
         GgmlType::Q6_K,
     ] {

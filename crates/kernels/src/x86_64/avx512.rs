@@ -306,15 +306,17 @@ unsafe fn q5_0_lanes(x: [*const u8; 4]) -> (__m512i, __m512i) {
     // AVX-512BW is enabled.
     unsafe {
         let (lo, hi) = q4_0_lanes(x.map(|p| p.add(4)));
-        // The fifth bits (added: the nibbles are below 16): qh's low 16 bits go with quants 0..16 of each lane,
-        // its high 16 with quants 16..32.
-        let mut mlo = 0u64;
-        let mut mhi = 0u64;
-        for (r, p) in x.iter().enumerate() {
-            let qh = p.add(2).cast::<u32>().read_unaligned() as u64;
-            mlo |= (qh & 0xFFFF) << (16 * r);
-            mhi |= (qh >> 16) << (16 * r);
-        }
+        // The fifth bits (added: the nibbles are below 16): qh's low 16 bits
+        // go with quants 0..16 of each lane, its high 16 with quants 16..32;
+        // one byte shuffle gathers the four rows' halves into two masks
+        // (a scalar loop of shifts and ors cost Q5_0 a third of its speed).
+        let qh = x.map(|p| p.add(2).cast::<i32>().read_unaligned());
+        let halves = _mm_shuffle_epi8(
+            _mm_setr_epi32(qh[0], qh[1], qh[2], qh[3]),
+            _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15),
+        );
+        let mlo = _mm_cvtsi128_si64(halves) as u64;
+        let mhi = _mm_extract_epi64::<1>(halves) as u64;
         let b4 = _mm512_set1_epi8(0x10);
         (
             _mm512_mask_add_epi8(lo, mlo, lo, b4),
