@@ -17,14 +17,28 @@ use std::time::Instant;
 /// `rows` rows of `ty`: one quantized row repeated, then every byte but the
 /// blocks' f16 scales scrambled, so no two rows (or pages) are alike — on
 /// these VMs identical rows streamed measurably faster than a real model's.
-fn weights(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+/// A zeroed buffer of `len` bytes advised into 2 MiB pages where the OS
+/// offers them, as the engine's model mappings are: 4 KiB pages cost
+/// streaming reads a page walk every 4 KiB (a tenth of the bandwidth of a
+/// 178 MB matrix here).
+fn huge(len: usize) -> memmap2::MmapMut {
+    let map = memmap2::MmapMut::map_anon(len.max(1)).expect("anonymous memory");
+    #[cfg(target_os = "linux")]
+    let _ = map.advise(memmap2::Advice::HugePage);
+    map
+}
+
+fn weights(ty: GgmlType, rows: usize, cols: usize) -> memmap2::MmapMut {
     let k = kernels(ty).unwrap();
     let x: Vec<f32> = (0..cols)
         .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
         .collect();
     let mut row = vec![0u8; k.weight_row_bytes(cols)];
     lamina_quant::quantize_row(ty, &x, &mut row).unwrap();
-    let mut w = row.repeat(rows);
+    let mut w = huge(row.len() * rows);
+    for r in w.chunks_exact_mut(row.len()) {
+        r.copy_from_slice(&row);
+    }
     let scales = match ty {
         GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0 => 0..2,
         GgmlType::Q4_K => 0..4,
@@ -50,7 +64,9 @@ fn weights(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
 fn probe_bandwidth() -> f64 {
     let threads = rayon::current_num_threads();
     let per = (128 << 20) / threads;
-    let buf = vec![1u64; per * threads];
+    let mut map = huge(per * threads * 8);
+    map.fill(1);
+    let buf: &[u64] = bytemuck::cast_slice(&map[..]);
     let sum = |i: usize| {
         buf[i * per..(i + 1) * per]
             .iter()
