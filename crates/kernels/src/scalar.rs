@@ -51,6 +51,28 @@ pub(crate) fn row_blocks(ty: GgmlType, n: usize, bytes: &[u8]) -> usize {
     nb
 }
 
+/// Checks eight weight rows of `n` values of type `ty`, laid end to end in
+/// `w`, and an activation row of type `act`; returns the block count and the
+/// rows' stride in bytes (the eight-row kernels' geometry).
+///
+/// # Panics
+/// As [`row_blocks`], for the activation row or any weight row.
+#[inline]
+#[track_caller]
+pub(crate) fn rows8_blocks(
+    ty: GgmlType,
+    act: GgmlType,
+    n: usize,
+    w: &[u8],
+    a: &[u8],
+) -> (usize, usize) {
+    let nb = row_blocks(act, n, a);
+    assert!(w.len().is_multiple_of(8), "eight whole rows");
+    let stride = w.len() / 8;
+    assert_eq!(row_blocks(ty, n, &w[..stride]), nb);
+    (nb, stride)
+}
+
 /// The blocks of a row, read without any alignment requirement.
 #[inline]
 fn blocks<B: Pod>(bytes: &[u8]) -> impl Iterator<Item = B> + '_ {

@@ -16,7 +16,7 @@
 //! the scalar reference by reassociation only.
 
 use crate::GgmlType;
-use crate::scalar::{k4_scales_mins, row_blocks};
+use crate::scalar::{k4_scales_mins, row_blocks, rows8_blocks};
 use core::arch::x86_64::*;
 use half::f16;
 
@@ -142,7 +142,18 @@ pub(super) const PREFETCH_AHEAD: usize = 3072;
 /// group of eight rows ahead (3.4 KiB of 768-column Q4_0) left a Zen 5 part's
 /// single-token Q4_0/Q4_K matmuls from memory at 36-42 GB/s on 2 threads;
 /// 8 KiB ahead brought them to 53-55 (12 KiB and more measured no better).
-pub(super) const ROWS8_PREFETCH_AHEAD: usize = 8192;
+const ROWS8_PREFETCH_AHEAD: usize = 8192;
+
+/// The eight-row kernels' prefetch at block `i` of eight rows `stride` bytes
+/// apart (blocks of `wsize` bytes): the weights after these rows (contiguous)
+/// stream in linearly, [`ROWS8_PREFETCH_AHEAD`] bytes ahead or at least the
+/// next eight rows, a block's share per block, since eight interleaved row
+/// streams defeat the hardware's stream prefetch.
+#[inline(always)]
+pub(super) fn prefetch_rows8(w: *const u8, stride: usize, i: usize, wsize: usize) {
+    let ahead = (8 * stride).max(ROWS8_PREFETCH_AHEAD);
+    prefetch_range(w.wrapping_add(ahead + 8 * i * wsize), 8 * wsize);
+}
 
 /// Prefetches the cache lines of the weight block of `size` bytes that lies
 /// [`PREFETCH_AHEAD`] bytes after `p` (blocks are contiguous, so one
@@ -280,14 +291,7 @@ unsafe fn legacy_rows8(
             let ay = load(y.add(2));
             let mut p = [_mm256_setzero_si256(); 8];
             let mut dx = [0.0f32; 8];
-            // The weights after these eight rows (contiguous) stream in
-            // linearly, [`ROWS8_PREFETCH_AHEAD`] bytes ahead, a block's share
-            // per block: the rows' interleaved reads would defeat the
-            // hardware's stream prefetch.
-            prefetch_range(
-                w.wrapping_add((8 * stride).max(ROWS8_PREFETCH_AHEAD) + 8 * i * wsize),
-                8 * wsize,
-            );
+            prefetch_rows8(w, stride, i, wsize);
             for (r, (p, dx)) in p.iter_mut().zip(&mut dx).enumerate() {
                 let x = w.add(r * stride + i * wsize);
                 let qx = quants(x);
@@ -323,10 +327,7 @@ macro_rules! legacy_kernels {
             unsafe { legacy_rows8(nb, w, stride, $size, a, $quants) }
         }
         pub(crate) fn $rows8(n: usize, w: &[u8], a: &[u8]) -> [f32; 8] {
-            let nb = row_blocks(GgmlType::Q8_0, n, a);
-            assert!(w.len().is_multiple_of(8), "eight whole rows");
-            let stride = w.len() / 8;
-            assert_eq!(row_blocks(GgmlType::$ty, n, &w[..stride]), nb);
+            let (nb, stride) = rows8_blocks(GgmlType::$ty, GgmlType::Q8_0, n, w, a);
             // SAFETY: eight rows of `nb` blocks, `stride` bytes apart, and an activation
             // row of `nb` blocks (checked above); reachable only through a table handed
             // out after AVX2+FMA+F16C were detected.

@@ -8,11 +8,11 @@
 //! f16 scales are decoded in software.
 
 use super::avx2::{
-    ROWS8_PREFETCH_AHEAD, all_dwords, hsum_i32, k_block_step, legacy_tile, prefetch_block,
-    prefetch_range, q4_0_unsigned, q4_k_tile, q5_0_unsigned, q6_k_tile, q8_0_unsigned,
+    all_dwords, hsum_i32, k_block_step, legacy_tile, prefetch_block, prefetch_rows8, q4_0_unsigned,
+    q4_k_tile, q5_0_unsigned, q6_k_tile, q8_0_unsigned,
 };
 use crate::GgmlType;
-use crate::scalar::{k4_scales_mins, row_blocks};
+use crate::scalar::{k4_scales_mins, row_blocks, rows8_blocks};
 use core::arch::x86_64::*;
 use half::f16;
 
@@ -358,11 +358,7 @@ unsafe fn legacy_rows8_vnni(
                 _mm512_setzero_si512(),
                 _mm512_dpbusd_epi32(off, offset, yhi),
             );
-            // As AVX2's kernel: the weights ahead streamed in linearly.
-            prefetch_range(
-                w.wrapping_add((8 * stride).max(ROWS8_PREFETCH_AHEAD) + 8 * i * wsize),
-                8 * wsize,
-            );
+            prefetch_rows8(w, stride, i, wsize);
             let x: [*const u8; 8] = std::array::from_fn(|r| w.add(r * stride + i * wsize));
             let (lo_e, hi_e) = decode([x[0], x[2], x[4], x[6]]);
             let (lo_o, hi_o) = decode([x[1], x[3], x[5], x[7]]);
@@ -409,10 +405,7 @@ macro_rules! legacy_rows8_fns {
             unsafe { legacy_rows8_vnni(nb, w, stride, $size, a, $shift, $decode) }
         }
         pub(crate) fn $f(n: usize, w: &[u8], a: &[u8]) -> [f32; 8] {
-            let nb = row_blocks(GgmlType::Q8_0, n, a);
-            assert!(w.len().is_multiple_of(8), "eight whole rows");
-            let stride = w.len() / 8;
-            assert_eq!(row_blocks(GgmlType::$ty, n, &w[..stride]), nb);
+            let (nb, stride) = rows8_blocks(GgmlType::$ty, GgmlType::Q8_0, n, w, a);
             // SAFETY: eight rows of `nb` blocks, `stride` bytes apart, and an activation
             // row of `nb` blocks (checked above); reachable only through the AVX512
             // table, handed out after AVX-512 F/BW/VL + VNNI were detected.
@@ -472,10 +465,7 @@ unsafe fn q4_k_rows8(nb: usize, w: *const u8, stride: usize, a: *const u8) -> [f
         let mut accm = _mm256_setzero_ps();
         for i in 0..nb {
             let ys = a.add(292 * i);
-            prefetch_range(
-                w.wrapping_add((8 * stride).max(ROWS8_PREFETCH_AHEAD) + 8 * i * 144),
-                8 * 144,
-            );
+            prefetch_rows8(w, stride, i, 144);
             let y8: [__m512i; 4] = std::array::from_fn(|j| load512(ys.add(4 + 64 * j)));
             // The sub-blocks' bsum pairs, as i16 in every 128-bit lane.
             let bs = _mm256_loadu_si256(ys.add(260).cast());
@@ -542,10 +532,7 @@ unsafe fn k_q4_k_rows8(nb: usize, w: *const u8, stride: usize, a: *const u8) -> 
 }
 
 pub(crate) fn vec_dot_rows8_q4_k(n: usize, w: &[u8], a: &[u8]) -> [f32; 8] {
-    let nb = row_blocks(GgmlType::Q8_K, n, a);
-    assert!(w.len().is_multiple_of(8), "eight whole rows");
-    let stride = w.len() / 8;
-    assert_eq!(row_blocks(GgmlType::Q4_K, n, &w[..stride]), nb);
+    let (nb, stride) = rows8_blocks(GgmlType::Q4_K, GgmlType::Q8_K, n, w, a);
     // SAFETY: eight rows of `nb` blocks, `stride` bytes apart, and an activation row
     // of `nb` blocks (checked above); reachable only through the AVX512 table, handed
     // out after AVX-512 F/BW/VL + VNNI were detected.
