@@ -189,7 +189,8 @@ impl Sampler {
         assert_eq!(logits.len(), self.n_vocab, "logits of the wrong vocabulary");
         if self.params.temp <= 0.0 && !self.params.penalties_active() {
             // Greedy: the most likely token, the first on ties, without
-            // building the candidates.
+            // building the candidates (none are left).
+            self.cand.clear();
             return argmax(logits) as u32;
         }
         self.cand.clear();
@@ -332,7 +333,8 @@ impl Sampler {
 
     /// The candidates left by the last [`sample`](Sampler::sample) before the
     /// draw, as `(id, logit / temp)`: best first unless top-k and top-p were
-    /// both disabled (for tests and debugging).
+    /// both disabled; none after a greedy sample without penalties (for tests
+    /// and debugging).
     pub fn candidates(&self) -> impl Iterator<Item = (u32, f32)> + '_ {
         self.cand.iter().map(|c| (c.id, c.logit))
     }
