@@ -447,6 +447,13 @@ fn panel_matmul<const N: usize>(
                         } else {
                             (PANEL_TOKENS / 2, p.narrow)
                         };
+                        // The tile's output lines, fetched while it computes: a
+                        // store that misses waits for its line, and outputs too
+                        // large for the caches (every token's logits) cost
+                        // 512-token calls a fifth of their time in those waits.
+                        for c in 0..n.min(tokens - t) {
+                            prefetch_line(outs[m].0.wrapping_add((t + c) * rows + r).cast());
+                        }
                         f(
                             cols,
                             panel,
@@ -480,6 +487,20 @@ fn panel_matmul<const N: usize>(
             }
         }
     });
+}
+
+/// Hints the cache line holding `p` into L1 (a no-op off x86-64).
+#[inline(always)]
+fn prefetch_line(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint that never faults, whatever the address;
+    // SSE is part of x86-64.
+    unsafe {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        _mm_prefetch::<_MM_HINT_T0>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 /// Walks a byte range a cache line at a time over a number of steps,
