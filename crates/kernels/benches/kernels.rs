@@ -6,7 +6,8 @@
 //! far larger than L3) and the int8 multiply-add peak (a register-only loop
 //! of the selected ISA's dot kernel on L1-resident data).
 //! Timings on a shared machine are noisy; re-measure on a quiet one.
-//! `LAMINA_BENCH_ONLY=Q8_0:576x1536,...` limits the table to those matrices.
+//! `LAMINA_BENCH_ONLY=Q8_0:576x1536,...` limits the table to those matrices,
+//! `LAMINA_BENCH_TOKENS=1,512` to those token counts.
 
 use criterion::{Criterion, black_box, criterion_group, criterion_main};
 use lamina_kernels::matmul::{Scratch, Weights, matmul};
@@ -247,6 +248,13 @@ fn bench(c: &mut Criterion) {
     // visible share).
     let pool = SpinPool::new(rayon::current_num_threads());
     let only = std::env::var("LAMINA_BENCH_ONLY").ok();
+    let token_counts: Vec<usize> = match std::env::var("LAMINA_BENCH_TOKENS") {
+        Ok(v) => v
+            .split(',')
+            .map(|t| t.trim().parse().expect("LAMINA_BENCH_TOKENS: token counts such as 1,512"))
+            .collect(),
+        Err(_) => vec![1, 12, 59, 512],
+    };
     let mut g = c.benchmark_group("matmul");
     g.sample_size(10)
         .warm_up_time(std::time::Duration::from_millis(300));
@@ -276,7 +284,7 @@ fn bench(c: &mut Criterion) {
                 rows,
                 cols,
             };
-            for tokens in [1usize, 12, 59, 512] {
+            for &tokens in &token_counts {
                 let x: Vec<f32> = (0..tokens * cols)
                     .map(|i| (i % 13) as f32 * 0.1 - 0.6)
                     .collect();
