@@ -75,13 +75,27 @@ struct Out<T>(*mut T);
 // `matmul_many`'s uses), so sharing the pointer across threads cannot race.
 unsafe impl<T> Sync for Out<T> {}
 
-/// Rows per task: enough tasks to balance the threads, each a whole number
-/// of eight-row groups (the single-token kernels' unit) where there are
-/// eight rows.
+/// Rows per task of a multi-token call: enough tasks to balance the
+/// threads, each a whole number of eight-row groups where there are eight
+/// rows, and at most 256 rows, whose weights stay in cache while the task
+/// runs them against each group of tokens.
 fn chunk_rows(rows: usize, threads: usize) -> usize {
     rows.div_ceil(threads.max(1) * 4)
         .next_multiple_of(8)
         .clamp(8, 256)
+        .min(rows.max(1))
+}
+
+/// Rows per task of a single-token call: whole eight-row groups, two tasks
+/// per thread, however large the matrix. Each thread then streams long runs
+/// of contiguous rows, as its prefetch and the hardware's want; tasks capped
+/// at 256 rows (Gemma 3's 262144-row LM head in 1024 tasks, claimed in turn
+/// by the two threads) left its token generation 10-15 % slower on a Zen 5
+/// part, and four tasks per thread 5 % slower on SmolLM2's small matrices.
+fn single_token_chunk_rows(rows: usize, threads: usize) -> usize {
+    rows.div_ceil(threads.max(1) * 2)
+        .next_multiple_of(8)
+        .max(8)
         .min(rows.max(1))
 }
 
@@ -215,7 +229,12 @@ pub fn matmul_many<const N: usize>(
     let acts = &scratch.buf[..arow * tokens];
     let packed = &scratch.packed[..packed_len];
     let total_rows: usize = wms.iter().map(|w| w.rows).sum();
-    let tasks = RowTasks::new(&wms, chunk_rows(total_rows, pool.threads()));
+    let chunk = if tokens == 1 {
+        single_token_chunk_rows(total_rows, pool.threads())
+    } else {
+        chunk_rows(total_rows, pool.threads())
+    };
+    let tasks = RowTasks::new(&wms, chunk);
     let mut ys = ys;
     let outs: [Out<f32>; N] = std::array::from_fn(|m| Out(ys[m].as_mut_ptr()));
     let outs = &outs;
@@ -753,6 +772,16 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Single-token tasks are whole eight-row groups, two per thread.
+    #[test]
+    fn single_token_tasks_are_long_runs_of_rows() {
+        assert_eq!(single_token_chunk_rows(262_144, 2), 65_536);
+        assert_eq!(single_token_chunk_rows(960, 2), 240);
+        assert_eq!(single_token_chunk_rows(100, 2), 32);
+        assert_eq!(single_token_chunk_rows(5, 2), 5);
+        assert_eq!(single_token_chunk_rows(0, 2), 1);
     }
 
     /// Panel tasks are whole panels, shared evenly where a size allows.
