@@ -251,7 +251,11 @@ fn bench(c: &mut Criterion) {
     let token_counts: Vec<usize> = match std::env::var("LAMINA_BENCH_TOKENS") {
         Ok(v) => v
             .split(',')
-            .map(|t| t.trim().parse().expect("LAMINA_BENCH_TOKENS: token counts such as 1,512"))
+            .map(|t| {
+                t.trim()
+                    .parse()
+                    .expect("LAMINA_BENCH_TOKENS: token counts such as 1,512")
+            })
             .collect(),
         Err(_) => vec![1, 12, 59, 512],
     };
