@@ -13,7 +13,10 @@
 //!   one-shot: wall time of the process).
 //! * `generate` — pp512 and tg128 tokens/s (`lamina bench generate`,
 //!   `llama-bench -p 512 -n 128`); both engines' tg128 starts from an empty
-//!   cache, as llama-bench's `-n` test does.
+//!   cache, as llama-bench's `-n` test does. tg128 also as GB/s of weights
+//!   read (the model's weight bytes per token × tokens/s) against the memory
+//!   bandwidth lamina's run measured before and after its tg runs
+//!   (`lamina_kernels::probe`'s read of 1 GiB, the better of the two).
 //! * `kernels` — `cargo bench -p lamina-kernels`, passed through.
 //! * `serve` — `lamina serve` under load from `--clients` concurrent clients
 //!   for `--secs` seconds (see [`crate::serve`]); not part of `all`.
@@ -1098,6 +1101,10 @@ pub(crate) struct LaminaGenerate {
     pub tg_tokens_per_s: f64,
     pub pp_samples: Vec<f64>,
     pub tg_samples: Vec<f64>,
+    /// Weight bytes a decoded token reads, and the memory bandwidth (GB/s)
+    /// measured around the tg runs (absent without tg runs).
+    pub weight_bytes_per_token: Option<f64>,
+    pub memory_bandwidth_gb_s: Option<f64>,
 }
 
 pub(crate) fn parse_lamina_generate(v: &Value) -> Result<LaminaGenerate> {
@@ -1106,6 +1113,8 @@ pub(crate) fn parse_lamina_generate(v: &Value) -> Result<LaminaGenerate> {
         tg_tokens_per_s: v["tg_tokens_per_s"].as_f64().context("tg_tokens_per_s")?,
         pp_samples: f64s(&v["pp_samples"]),
         tg_samples: f64s(&v["tg_samples"]),
+        weight_bytes_per_token: v["weight_bytes_per_token"].as_f64(),
+        memory_bandwidth_gb_s: v["memory_bandwidth_gb_s"].as_f64(),
     })
 }
 
@@ -1195,6 +1204,8 @@ fn generate(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
             Ok(LaminaGenerate {
                 tg_tokens_per_s: tg.tg_tokens_per_s,
                 tg_samples: tg.tg_samples,
+                weight_bytes_per_token: tg.weight_bytes_per_token,
+                memory_bandwidth_gb_s: tg.memory_bandwidth_gb_s,
                 ..pp
             })
         });
@@ -1245,11 +1256,39 @@ fn generate(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
                 theirs_cell,
             );
         }
+        // Token generation streams the weights: both engines' tg128 as GB/s
+        // of weights read, against the bandwidth lamina's run measured.
+        if let Ok(LaminaGenerate {
+            weight_bytes_per_token: Some(bytes),
+            memory_bandwidth_gb_s: Some(bw),
+            ..
+        }) = &ours
+        {
+            let cell = |tok_s: f64| {
+                let gbs = bytes * tok_s / 1e9;
+                Cell::new(
+                    gbs,
+                    format!("{gbs:.1} GB/s ({:.0} % of {bw:.1})", 100.0 * gbs / bw),
+                )
+            };
+            let o = ours.as_ref().expect("Ok above");
+            let their_tg = tgt.map(|x| stats(&x.samples_ts).mean);
+            report.row(
+                format!("{name} tg128 weights read, of measured bandwidth"),
+                Better::Higher,
+                Ok(cell(stats(&o.tg_samples).mean)),
+                their_tg
+                    .map(cell)
+                    .ok_or_else(|| "missing from llama-bench output".to_string()),
+            );
+        }
         report.detail.insert(
             format!("generate_{name}"),
             json!({
                 "lamina": ours.as_ref().map(|o| json!({"pp_tokens_per_s": o.pp_tokens_per_s, "tg_tokens_per_s": o.tg_tokens_per_s,
-                                                       "pp_samples": o.pp_samples, "tg_samples": o.tg_samples}))
+                                                       "pp_samples": o.pp_samples, "tg_samples": o.tg_samples,
+                                                       "weight_bytes_per_token": o.weight_bytes_per_token,
+                                                       "memory_bandwidth_gb_s": o.memory_bandwidth_gb_s}))
                               .unwrap_or_else(|e| json!({"unavailable": e})),
                 "llama_cpp": tests.iter().map(|x| json!({"n_prompt": x.n_prompt, "n_gen": x.n_gen, "samples_ts": x.samples_ts, "samples_ns": x.samples_ns})).collect::<Vec<_>>(),
                 "lamina_command": format!("lamina bench generate --json --pp 512 --tg 0 -t {t} --runs {reps} -m MODEL; lamina bench generate --json --pp 1 --tg {tg} -t {t} --runs {reps} -m MODEL"),
@@ -1462,6 +1501,12 @@ mod tests {
         assert_eq!(g.pp_tokens_per_s, 700.5);
         assert_eq!(g.pp_samples, vec![700.0, 701.0]);
         assert_eq!(g.tg_samples.len(), 2);
+        assert_eq!(g.memory_bandwidth_gb_s, None);
+        let g = parse_lamina_generate(&json!({"pp_tokens_per_s": 1.0, "tg_tokens_per_s": 2.0,
+            "weight_bytes_per_token": 1.5e8, "memory_bandwidth_gb_s": 45.5}))
+        .unwrap();
+        assert_eq!(g.weight_bytes_per_token, Some(1.5e8));
+        assert_eq!(g.memory_bandwidth_gb_s, Some(45.5));
         assert!(parse_lamina_generate(&json!({"pp_tokens_per_s": 1.0})).is_err());
         assert!(is_missing_subcommand(
             "error: unrecognized subcommand 'generate'\n"

@@ -159,6 +159,11 @@ fn generate(a: GenerateArgs) -> Result<()> {
     let prompt: Vec<u32> = (0..a.pp as u64)
         .map(|i| ((i * 2_654_435_761 + 12_345) % hp.n_vocab as u64) as u32)
         .collect();
+    // Token generation is judged against the memory bandwidth measured
+    // around its runs (the better of before and after: a shared host's
+    // bandwidth drifts).
+    let probe = || lamina_kernels::probe::memory_bandwidth(pool.as_ref(), 3);
+    let bw_before = if a.tg > 0 { Some(probe()?) } else { None };
     let (mut pp_s, mut tg_s) = (Vec::new(), Vec::new());
     for run in 0..=a.runs {
         cache.truncate(0);
@@ -199,17 +204,32 @@ fn generate(a: GenerateArgs) -> Result<()> {
         v.get(v.len() / 2).copied().unwrap_or(0.0)
     };
     let (pp, tg) = (median(&pp_s), median(&tg_s));
+    let bandwidth = match bw_before {
+        Some(before) => Some(before.max(probe()?)),
+        None => None,
+    };
+    let bytes = model.weight_bytes_per_token();
+    let tg_gbs = bytes as f64 * tg / 1e9;
     if a.json {
         println!(
             "{}",
             json!({"model": path.display().to_string(), "threads": pool.threads(),
                    "isa": format!("{:?}", model.isa()), "pp": a.pp, "tg": a.tg,
                    "pp_tokens_per_s": pp, "tg_tokens_per_s": tg,
-                   "pp_samples": pp_s, "tg_samples": tg_s})
+                   "pp_samples": pp_s, "tg_samples": tg_s,
+                   "weight_bytes_per_token": bytes,
+                   "memory_bandwidth_gb_s": bandwidth,
+                   "tg_gb_s": bandwidth.map(|_| tg_gbs)})
         );
     } else {
+        let share = bandwidth.map_or(String::new(), |bw| {
+            format!(
+                "; {tg_gbs:.1} GB/s of weights, {:.0} % of the {bw:.1} GB/s measured",
+                100.0 * tg_gbs / bw
+            )
+        });
         println!(
-            "{}: pp{} {pp:.1} tokens/s, tg{} {tg:.1} tokens/s ({} threads, {:?})",
+            "{}: pp{} {pp:.1} tokens/s, tg{} {tg:.1} tokens/s ({} threads, {:?}{share})",
             path.display(),
             a.pp,
             a.tg,

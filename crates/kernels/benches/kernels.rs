@@ -60,30 +60,6 @@ fn weights(ty: GgmlType, rows: usize, cols: usize) -> memmap2::MmapMut {
     w
 }
 
-/// GB/s of a read-only sum over 1 GiB (far larger than any L3 here), every
-/// thread summing its own slice, as the matmul's threads stream theirs.
-fn probe_bandwidth() -> f64 {
-    let threads = rayon::current_num_threads();
-    let per = (128 << 20) / threads;
-    let mut map = huge(per * threads * 8);
-    map.fill(1);
-    let buf: &[u64] = bytemuck::cast_slice(&map[..]);
-    let sum = |i: usize| {
-        buf[i * per..(i + 1) * per]
-            .iter()
-            .fold(0u64, |a, &b| a.wrapping_add(b))
-    };
-    rayon::broadcast(|c| black_box(sum(c.index()))); // fault the pages in
-    // The best of five passes: the limit, not the noise of a shared host.
-    (0..5)
-        .map(|_| {
-            let t = Instant::now();
-            rayon::broadcast(|c| black_box(sum(c.index())));
-            (buf.len() * 8) as f64 / t.elapsed().as_secs_f64() / 1e9
-        })
-        .fold(0.0, f64::max)
-}
-
 /// The int8 multiply-add peak in GOP/s (2 per multiply-add), all threads: a
 /// register-only loop of the selected ISA's instruction — eight independent
 /// chains of `vpdpbusd` (AVX-512 VNNI: 256-bit as the kernels use it, and
@@ -220,7 +196,11 @@ fn selected(only: &Option<String>, ty: GgmlType, rows: usize, cols: usize) -> bo
 }
 
 fn bench(c: &mut Criterion) {
-    let bw = probe_bandwidth();
+    // The engine's default pool (rayon's wakes its workers through the OS on
+    // every call, which costs single-token calls of tens of microseconds a
+    // visible share).
+    let pool = SpinPool::new(rayon::current_num_threads());
+    let bw = lamina_kernels::probe::memory_bandwidth(&pool, 5).expect("1 GiB for the probe");
     let peak = probe_int8_peak();
     eprintln!(
         "ISA {} | memory bandwidth {bw:.1} GB/s | int8 dot peak {peak:.1} GOP/s",
@@ -243,10 +223,6 @@ fn bench(c: &mut Criterion) {
         // single-token rows are measured streaming from memory too.
         (131_072, 768),
     ];
-    // The engine's default pool (rayon's wakes its workers through the OS on
-    // every call, which costs single-token calls of tens of microseconds a
-    // visible share).
-    let pool = SpinPool::new(rayon::current_num_threads());
     let only = std::env::var("LAMINA_BENCH_ONLY").ok();
     let token_counts: Vec<usize> = match std::env::var("LAMINA_BENCH_TOKENS") {
         Ok(v) => v

@@ -10,6 +10,7 @@
 //!   ([`pack`]) or weight panels ([`panel`]) for batches.
 //! * [`ops`]: float ops (RMSNorm, softmax, GELU, SiLU, RoPE, …).
 //! * [`attention`]: online-softmax attention over contiguous key ranges.
+//! * [`probe`]: this machine's memory bandwidth, for benchmarks' reports.
 //!
 //! # Contracts shared by every kernel
 //! Rows are passed as raw bytes: a weight row of `n` values is
@@ -28,6 +29,7 @@ pub mod ops;
 pub mod pack;
 pub mod panel;
 pub mod pool;
+pub mod probe;
 pub mod scalar;
 pub mod spin;
 pub mod table;

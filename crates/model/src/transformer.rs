@@ -173,6 +173,20 @@ impl Model {
         counts
     }
 
+    /// Bytes of weights one decoded token reads: every layer's matrices and
+    /// the LM head (the token embedding's one row, and the norms, are noise).
+    /// Token generation streams them from memory, so this over the time per
+    /// token is the bandwidth it reaches.
+    pub fn weight_bytes_per_token(&self) -> usize {
+        let layers: usize = self
+            .layers
+            .iter()
+            .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down])
+            .map(|w| w.len)
+            .sum();
+        layers + self.output.as_ref().map_or(0, |o| o.len)
+    }
+
     /// The ISA path the matmuls of this model use.
     pub fn isa(&self) -> lamina_kernels::Isa {
         self.layers
