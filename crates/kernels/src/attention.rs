@@ -15,7 +15,8 @@
 //! on a [`ThreadPool`]; tasks write disjoint output rows. A query's heads go
 //! through the row kernel of the selected ISA ([`AttendFn`]: the portable
 //! one here, the AVX2 one on x86-64, built for AVX-512 VL's registers where
-//! that is the ISA) one at a time, or up to [`MAX_HEADS`]
+//! that is the ISA, or AVX-512's in 512-bit vectors with AVX2's bits for
+//! heads of a multiple of 16 values) one at a time, or up to [`MAX_HEADS`]
 //! of a kv head's group together, reading each key and value row once for
 //! all of them. A row's result depends only on its query, its key range and
 //! the ISA, never on the other rows or heads of the call, so a token's
@@ -104,6 +105,10 @@ pub(crate) const MAX_HEADS: usize = 4;
 
 /// The row kernel `isa` uses for heads of `head_dim` values.
 fn row_kernel(isa: Isa, head_dim: usize) -> AttendFn {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512Vnni && head_dim.is_multiple_of(16) {
+        return crate::x86_64::avx512::attend_row;
+    }
     #[cfg(target_arch = "x86_64")]
     if head_dim.is_multiple_of(8) {
         match isa {
@@ -484,6 +489,90 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// The AVX-512 kernel (512-bit lanes, heads of a multiple of 16 values)
+    /// gives AVX2's bits, and is near the naive definition, for one to four
+    /// heads per kv head, f32 and f16 rows, key ranges around the pass and
+    /// block sizes; small enough for Miri (`.ci/isa-tests.sh` runs the tests
+    /// named `miri_avx512*`), where it must run; natively only where the CPU
+    /// has AVX-512.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn miri_avx512_attention_matches_naive() {
+        if !crate::testutil::runs_here(Isa::Avx512Vnni) {
+            return;
+        }
+        let n = 37;
+        for (nh, hd) in [(1usize, 16usize), (4, 32), (3, 16), (2, 48)] {
+            let shape = AttnShape {
+                n_head: nh,
+                n_head_kv: 1,
+                head_dim: hd,
+                scale: 1.0 / (hd as f32).sqrt(),
+                softcap: None,
+            };
+            let q = pseudo(nh * hd * 4, 11);
+            let k: Vec<f32> = pseudo(n * hd, 12).iter().map(|x| x * 3.0).collect();
+            let v = pseudo(n * hd, 13);
+            // `half`'s software conversions (Miri lacks F16C).
+            let kh: Vec<f16> = k.iter().map(|&x| f16::from_f32_const(x)).collect();
+            let vh: Vec<f16> = v.iter().map(|&x| f16::from_f32_const(x)).collect();
+            let k16: Vec<f32> = kh.iter().map(|x| x.to_f32_const()).collect();
+            let v16: Vec<f32> = vh.iter().map(|x| x.to_f32_const()).collect();
+            // Four queries (a kv head's heads share the kernel calls, f16 rows are
+            // widened once): keys 0..37 and shorter ranges.
+            let keys = |t: usize| [0..n, 3..8, 9..10, 1..34][t].clone();
+            for (ty, kr, vr, want) in [
+                (
+                    "f32",
+                    KvRows::F32(&k),
+                    KvRows::F32(&v),
+                    naive(&shape, &q, &k, &v, &keys),
+                ),
+                (
+                    "f16",
+                    KvRows::F16(&kh),
+                    KvRows::F16(&vh),
+                    naive(&shape, &q, &k16, &v16, &keys),
+                ),
+            ] {
+                let mut got = vec![f32::NAN; q.len()];
+                attention_on(
+                    Isa::Avx512Vnni,
+                    &shape,
+                    &q,
+                    kr,
+                    vr,
+                    &keys,
+                    &mut got,
+                    &Serial,
+                )
+                .unwrap();
+                for (a, b) in got.iter().zip(&want) {
+                    assert!((a - b).abs() < 1e-5, "{nh} heads of {hd} {ty}: {a} vs {b}");
+                }
+                let mut avx2 = vec![f32::NAN; q.len()];
+                attention_on(Isa::Avx2, &shape, &q, kr, vr, &keys, &mut avx2, &Serial).unwrap();
+                assert_eq!(got, avx2, "{nh} heads of {hd} {ty}: AVX2's bits");
+                // Query 0 alone (one head per call, f16 rows widened as read):
+                // the same bits.
+                let mut one = vec![0.0; nh * hd];
+                let q0 = &q[..nh * hd];
+                attention_on(
+                    Isa::Avx512Vnni,
+                    &shape,
+                    q0,
+                    kr,
+                    vr,
+                    &|_| 0..n,
+                    &mut one,
+                    &Serial,
+                )
+                .unwrap();
+                assert_eq!(&got[..nh * hd], &one[..], "{nh} heads of {hd} {ty}");
             }
         }
     }

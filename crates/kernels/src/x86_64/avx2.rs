@@ -1112,14 +1112,21 @@ unsafe fn float_dot(
 }
 
 #[inline(always)]
-unsafe fn load8_f32(p: *const u8) -> __m256 {
+pub(super) unsafe fn load8_f32(p: *const u8) -> __m256 {
     // SAFETY: the caller passes 32 readable bytes.
     unsafe { _mm256_loadu_ps(p.cast()) }
 }
 #[inline(always)]
-unsafe fn load8_f16(p: *const u8) -> __m256 {
+pub(super) unsafe fn load8_f16(p: *const u8) -> __m256 {
     // SAFETY: the caller passes 16 readable bytes; F16C is enabled.
-    unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+    unsafe {
+        if cfg!(miri) {
+            // Miri lacks F16C (the AVX-512 attention's tests run there).
+            let f: [f32; 8] = std::array::from_fn(|i| fp16(p.add(2 * i)));
+            return _mm256_loadu_ps(f.as_ptr());
+        }
+        _mm256_cvtph_ps(_mm_loadu_si128(p.cast()))
+    }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -1388,7 +1395,7 @@ const KEY_BLOCK: usize = crate::attention::KEY_BLOCK;
 /// Four f32 × 8 vectors → their four horizontal sums, each by the same
 /// addition tree as [`hsum8_ps`] gives it.
 #[inline(always)]
-unsafe fn hsum4_ps(p: [__m256; 4]) -> __m128 {
+pub(super) unsafe fn hsum4_ps(p: [__m256; 4]) -> __m128 {
     // SAFETY: AVX is enabled in every kernel calling this.
     unsafe {
         let s0123 = _mm256_hadd_ps(_mm256_hadd_ps(p[0], p[1]), _mm256_hadd_ps(p[2], p[3]));
@@ -1396,6 +1403,63 @@ unsafe fn hsum4_ps(p: [__m256; 4]) -> __m128 {
             _mm256_castps256_ps128(s0123),
             _mm256_extractf128_ps::<1>(s0123),
         )
+    }
+}
+
+/// One key block's softmax step for `R` heads: the scores `s[r][..n]`
+/// (soft-capped here when `softcap` is set) raise each head's running max,
+/// rescaling its output row (`hd` values at `out[r]`, a multiple of 8) and
+/// its sum; then `p[r] = exp(s − max)` in 8 lanes (lanes past `n` give 0)
+/// and the sum grows by their total. Shared by the AVX2 and AVX-512 kernels.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn softmax_block<const R: usize>(
+    s: &mut [[f32; KEY_BLOCK]; R],
+    n: usize,
+    softcap: Option<f32>,
+    max: &mut [f32; R],
+    sum: &mut [f32; R],
+    p: &mut [[f32; KEY_BLOCK]; R],
+    out: [*mut f32; R],
+    hd: usize,
+) {
+    // SAFETY: the caller passes `hd` values at each `out[r]` and `n ≤ KEY_BLOCK`;
+    // AVX2 is enabled in every kernel calling this.
+    unsafe {
+        for r in 0..R {
+            let s = &mut s[r];
+            if let Some(c) = softcap {
+                s[..n].iter_mut().for_each(|x| *x = c * (*x / c).tanh());
+            }
+            // Lanes past `n` hold -inf: they leave the max alone and give 0.
+            s[n..n.next_multiple_of(8).min(KEY_BLOCK)].fill(f32::NEG_INFINITY);
+            // The max in 8 lanes (a scalar fold was a fifth of the kernel's time).
+            let mut mv = _mm256_set1_ps(f32::NEG_INFINITY);
+            for c in 0..n.div_ceil(8) {
+                mv = _mm256_max_ps(mv, _mm256_loadu_ps(s.as_ptr().add(8 * c)));
+            }
+            let block_max = hmax_ps(mv);
+            if block_max > max[r] {
+                let rescale = crate::ops::exp_fast(max[r] - block_max);
+                if sum[r] > 0.0 {
+                    let f = _mm256_set1_ps(rescale);
+                    for c in 0..hd / 8 {
+                        let o = out[r].add(8 * c);
+                        _mm256_storeu_ps(o, _mm256_mul_ps(_mm256_loadu_ps(o), f));
+                    }
+                }
+                sum[r] *= rescale;
+                max[r] = block_max;
+            }
+            let m = _mm256_set1_ps(max[r]);
+            let mut psum = _mm256_setzero_ps();
+            for c in 0..n.div_ceil(8) {
+                let e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(s.as_ptr().add(8 * c)), m));
+                _mm256_storeu_ps(p[r].as_mut_ptr().add(8 * c), e);
+                psum = _mm256_add_ps(psum, e);
+            }
+            sum[r] += hsum_f32(psum);
+        }
     }
 }
 
@@ -1483,35 +1547,7 @@ unsafe fn attend<const R: usize, const ESIZE: usize>(
                 j += 1;
             }
             let mut p = [[0.0f32; KEY_BLOCK]; R];
-            for r in 0..R {
-                let s = &mut s[r];
-                if let Some(c) = softcap {
-                    s[..n].iter_mut().for_each(|x| *x = c * (*x / c).tanh());
-                }
-                let block_max = s[..n].iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                if block_max > max[r] {
-                    let rescale = crate::ops::exp_fast(max[r] - block_max);
-                    if sum[r] > 0.0 {
-                        let f = _mm256_set1_ps(rescale);
-                        for c in 0..chunks {
-                            let o = out[r].add(8 * c);
-                            _mm256_storeu_ps(o, _mm256_mul_ps(_mm256_loadu_ps(o), f));
-                        }
-                    }
-                    sum[r] *= rescale;
-                    max[r] = block_max;
-                }
-                // Lanes past `n` hold -inf and give 0.
-                s[n..n.next_multiple_of(8).min(KEY_BLOCK)].fill(f32::NEG_INFINITY);
-                let m = _mm256_set1_ps(max[r]);
-                let mut psum = _mm256_setzero_ps();
-                for c in 0..n.div_ceil(8) {
-                    let e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(s.as_ptr().add(8 * c)), m));
-                    _mm256_storeu_ps(p[r].as_mut_ptr().add(8 * c), e);
-                    psum = _mm256_add_ps(psum, e);
-                }
-                sum[r] += hsum_f32(psum);
-            }
+            softmax_block(&mut s, n, softcap, &mut max, &mut sum, &mut p, out, hd);
             // Values: two chunks of 8 dimensions of all R outputs in registers
             // while the block's value rows stream past (one chunk at the end).
             let mut c = 0;
@@ -1546,10 +1582,21 @@ unsafe fn attend<const R: usize, const ESIZE: usize>(
             }
             j0 += n;
         }
+        normalize(&sum, out, hd);
+    }
+}
+
+/// Divides each head's output row (`hd` values at `out[r]`, a multiple of 8)
+/// by its softmax sum (rows that attended nothing stay zero).
+#[inline(always)]
+pub(super) unsafe fn normalize<const R: usize>(sum: &[f32; R], out: [*mut f32; R], hd: usize) {
+    // SAFETY: the caller passes `hd` values at each `out[r]`; AVX is enabled in
+    // every kernel calling this.
+    unsafe {
         for r in 0..R {
             if sum[r] > 0.0 {
                 let f = _mm256_set1_ps(1.0 / sum[r]);
-                for c in 0..chunks {
+                for c in 0..hd / 8 {
                     let o = out[r].add(8 * c);
                     _mm256_storeu_ps(o, _mm256_mul_ps(_mm256_loadu_ps(o), f));
                 }
@@ -1558,39 +1605,8 @@ unsafe fn attend<const R: usize, const ESIZE: usize>(
     }
 }
 
-/// The attention kernels' entry points: `R` heads of f32 or f16 rows, as a
-/// table indexed by `R - 1`, for one feature set.
-macro_rules! attend_fns {
-    ($feat:literal; $($table:ident: $esize:literal, $load:ident => $($name:ident: $r:literal),*;)*) => {$(
-        $(
-            #[target_feature(enable = $feat)]
-            #[allow(clippy::too_many_arguments)]
-            unsafe fn $name(
-                hd: usize,
-                q: *const f32,
-                k: *const u8,
-                v: *const u8,
-                row: usize,
-                start: usize,
-                end: usize,
-                scale: f32,
-                softcap: Option<f32>,
-                out: *mut f32,
-            ) {
-                // SAFETY: forwarded from the wrapper's checks: `R·hd` values at `q` and `out`.
-                unsafe {
-                    let q = std::array::from_fn(|r| q.add(r * hd));
-                    let out = std::array::from_fn(|r| out.add(r * hd));
-                    attend::<$r, $esize>(hd, q, k, v, row, start, end, scale, softcap, out, $load)
-                }
-            }
-        )*
-        const $table: [AttendKernel; crate::attention::MAX_HEADS] = [$($name),*];
-    )*};
-}
-
 /// One attention kernel entry point (see [`attend`]).
-type AttendKernel = unsafe fn(
+pub(super) type AttendKernel = unsafe fn(
     usize,
     *const f32,
     *const u8,
@@ -1604,14 +1620,14 @@ type AttendKernel = unsafe fn(
 );
 
 attend_fns! {
-    "avx2,fma,f16c";
+    "avx2,fma,f16c", attend;
     ATTEND_F32: 4, load8_f32 => k_attend1_f32: 1, k_attend2_f32: 2, k_attend3_f32: 3, k_attend4_f32: 4;
     ATTEND_F16: 2, load8_f16 => k_attend1_f16: 1, k_attend2_f16: 2, k_attend3_f16: 3, k_attend4_f16: 4;
 }
 // The same arithmetic with AVX-512 VL's 32 vector registers: four heads' score
 // chains fit without spilling.
 attend_fns! {
-    "avx2,fma,f16c,avx512f,avx512vl";
+    "avx2,fma,f16c,avx512f,avx512vl", attend;
     ATTEND_F32_VL: 4, load8_f32 => v_attend1_f32: 1, v_attend2_f32: 2, v_attend3_f32: 3, v_attend4_f32: 4;
     ATTEND_F16_VL: 2, load8_f16 => v_attend1_f16: 1, v_attend2_f16: 2, v_attend3_f16: 3, v_attend4_f16: 4;
 }
@@ -1628,7 +1644,7 @@ pub(crate) fn attend_row_vl(args: crate::attention::RowArgs<'_>, out: &mut [f32]
     attend_row_with([ATTEND_F32_VL, ATTEND_F16_VL], args, out)
 }
 
-fn attend_row_with(
+pub(super) fn attend_row_with(
     [f32_kernels, f16_kernels]: [[AttendKernel; crate::attention::MAX_HEADS]; 2],
     args: crate::attention::RowArgs<'_>,
     out: &mut [f32],

@@ -7,7 +7,8 @@
 //! across the two tables too), and adds the weight panels
 //! ([`crate::panel`]), and eight-row kernels for Q8_0, Q4_0, Q5_0 and Q4_K
 //! (four rows' blocks per 512-bit `vpdpbusd`; Q4_K's activation loads and
-//! float step shared by eight rows). The legacy row kernels stay AVX2's: a
+//! float step shared by eight rows), and an attention kernel in 512-bit
+//! vectors with AVX2's bits. The legacy row kernels stay AVX2's: a
 //! VNNI version (two blocks per 512-bit `vpdpbusd`, scales converted by
 //! gathers) measured no faster in decoding.
 
@@ -101,6 +102,39 @@ macro_rules! k_tiles {
             unsafe { $body::<1>(nb, w, packed $(, $unit::<1>)?)[0] }
         }
         tile_wrappers!(Q8_K, $ty: $k16 => $f16, 16; $k12 => $f12, 12; $k8 => $f8, 8; $k4 => $f4, 4);
+    )*};
+}
+
+/// The attention kernels' entry points over a generic kernel (AVX2's
+/// `attend`, AVX-512's `attend16`): `R` heads of f32 or f16 rows, as a table
+/// of `AttendKernel`s indexed by `R - 1`, for one feature set.
+macro_rules! attend_fns {
+    ($feat:literal, $kernel:ident;
+     $($table:ident: $esize:literal, $load:ident => $($name:ident: $r:literal),*;)*) => {$(
+        $(
+            #[target_feature(enable = $feat)]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn $name(
+                hd: usize,
+                q: *const f32,
+                k: *const u8,
+                v: *const u8,
+                row: usize,
+                start: usize,
+                end: usize,
+                scale: f32,
+                softcap: Option<f32>,
+                out: *mut f32,
+            ) {
+                // SAFETY: forwarded from the wrapper's checks: `R·hd` values at `q` and `out`.
+                unsafe {
+                    let q = std::array::from_fn(|r| q.add(r * hd));
+                    let out = std::array::from_fn(|r| out.add(r * hd));
+                    $kernel::<$r, $esize>(hd, q, k, v, row, start, end, scale, softcap, out, $load)
+                }
+            }
+        )*
+        const $table: [AttendKernel; crate::attention::MAX_HEADS] = [$($name),*];
     )*};
 }
 
