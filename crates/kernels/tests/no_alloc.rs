@@ -1,6 +1,7 @@
 //! Once its scratch is sized, a matmul call allocates nothing (the
 //! per-token path must not touch the allocator): a counting global
-//! allocator proves it, for T = 1 and a tiled batch, serial and on rayon.
+//! allocator proves it, for T = 1 and a tiled batch, serial and on rayon
+//! (from inside its pool, as the engine calls it).
 
 use lamina_kernels::matmul::{Scratch, Weights, matmul};
 use lamina_kernels::pool::{Rayon, Serial, ThreadPool};
@@ -48,40 +49,45 @@ fn matmul_does_not_allocate_once_scratch_is_sized() {
             cols,
         };
         for pool in [&Serial as &dyn ThreadPool, &Rayon] {
-            for t in [1, tokens] {
-                // Warm-up: rayon starts its threads and their queues on first use.
-                for _ in 0..8 {
-                    matmul(
-                        &wm,
-                        &x[..t * cols],
-                        t,
-                        &mut y[..t * rows],
-                        &mut scratch,
-                        pool,
-                    )
-                    .unwrap();
+            // From inside the pool, as the engine calls it: from outside, rayon
+            // injects every call's job into its global queue, which allocates
+            // a block every 63 jobs.
+            pool.install(&mut || {
+                for t in [1, tokens] {
+                    // Warm-up: rayon starts its threads and their queues on first use.
+                    for _ in 0..8 {
+                        matmul(
+                            &wm,
+                            &x[..t * cols],
+                            t,
+                            &mut y[..t * rows],
+                            &mut scratch,
+                            pool,
+                        )
+                        .unwrap();
+                    }
+                    let before = ALLOCS.load(Ordering::SeqCst);
+                    for _ in 0..3 {
+                        matmul(
+                            &wm,
+                            &x[..t * cols],
+                            t,
+                            &mut y[..t * rows],
+                            &mut scratch,
+                            pool,
+                        )
+                        .unwrap();
+                    }
+                    let after = ALLOCS.load(Ordering::SeqCst);
+                    assert_eq!(
+                        after,
+                        before,
+                        "{ty} T={t} on {}: {} allocations",
+                        pool.threads(),
+                        after - before
+                    );
                 }
-                let before = ALLOCS.load(Ordering::SeqCst);
-                for _ in 0..3 {
-                    matmul(
-                        &wm,
-                        &x[..t * cols],
-                        t,
-                        &mut y[..t * rows],
-                        &mut scratch,
-                        pool,
-                    )
-                    .unwrap();
-                }
-                let after = ALLOCS.load(Ordering::SeqCst);
-                assert_eq!(
-                    after,
-                    before,
-                    "{ty} T={t} on {}: {} allocations",
-                    pool.threads(),
-                    after - before
-                );
-            }
+            });
         }
     }
 }
