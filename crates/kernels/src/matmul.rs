@@ -393,8 +393,13 @@ fn panel_matmul<const N: usize>(
             .zip(rows.chunks_exact_mut(arow))
             .zip(prepared.chunks_exact_mut(prow))
         {
-            (k.quantize_activation)(xt, at);
-            (p.prepare)(cols, at, pt);
+            match p.quantize_prepared {
+                Some(quantize_prepared) => quantize_prepared(xt, pt),
+                None => {
+                    (k.quantize_activation)(xt, at);
+                    (p.prepare)(cols, at, pt);
+                }
+            }
         }
     };
     let units = tokens.div_ceil(TILE);

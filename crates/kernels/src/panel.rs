@@ -59,6 +59,11 @@ pub const PANEL_TOKENS: usize = 8;
 pub type UnpackFn = fn(cols: usize, rows: &[u8], out: &mut [u8]);
 /// One quantized activation row → its prepared form ([`PanelFns::act_row_bytes`]).
 pub type PrepareFn = fn(cols: usize, act: &[u8], out: &mut [u8]);
+/// A float activation row straight to its prepared form: the same bytes as
+/// [`PanelFns::prepare`] of the type's activation quantizer's row, in one
+/// pass (the two passes cost 512-token calls of small matrices a sixth of
+/// their time).
+pub type QuantizePreparedFn = fn(x: &[f32], out: &mut [u8]);
 /// A panel against `T` prepared activation rows (`acts`, `T` rows back to
 /// back; `T` is [`PANEL_TOKENS`] or half of it): `out[t · 16 + r]` is row
 /// `r`'s dot product with token `t`.
@@ -69,6 +74,8 @@ pub type PanelFn = fn(cols: usize, panel: &[u8], acts: &[u8], out: &mut [f32]);
 pub struct PanelFns {
     pub unpack: UnpackFn,
     pub prepare: PrepareFn,
+    /// Where the ISA has one: quantizing and preparing in one pass.
+    pub quantize_prepared: Option<QuantizePreparedFn>,
     /// Against [`PANEL_TOKENS`] tokens.
     pub wide: PanelFn,
     /// Against [`PANEL_TOKENS`]` / 2` tokens.

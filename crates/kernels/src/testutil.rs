@@ -193,13 +193,16 @@ pub fn check_case(k: &TypeKernels, seed: u64, nblocks: usize, style: u64) {
         nblocks * ty.block_size()
     };
     let w = weight_row(&mut rng, ty, n, style % 5);
-    let cols: Vec<Vec<u8>> = (0..8)
-        .map(|c| {
-            let x = activations(&mut rng, n, (style / 5 + c) % 4);
+    let xs: Vec<Vec<f32>> = (0..8)
+        .map(|c| activations(&mut rng, n, (style / 5 + c) % 4))
+        .collect();
+    let cols: Vec<Vec<u8>> = xs
+        .iter()
+        .map(|x| {
             let mut want = vec![0u8; k.activation_row_bytes(n)];
-            (r.quantize_activation)(&x, &mut want);
+            (r.quantize_activation)(x, &mut want);
             let mut got = vec![0xAAu8; want.len()];
-            (k.quantize_activation)(&x, &mut got);
+            (k.quantize_activation)(x, &mut got);
             assert!(
                 got == want,
                 "{} {}: activation quantizer differs (seed {seed})",
@@ -212,6 +215,7 @@ pub fn check_case(k: &TypeKernels, seed: u64, nblocks: usize, style: u64) {
     let row = check_rows(k, r, n, &w, &cols, seed);
     check_tiles(k, n, &w, &cols, &row, seed, false);
     check_panel(k, n, &w, &cols, seed, style % 5);
+    check_quantize_prepared(k, n, &xs, &cols, seed);
 }
 
 /// Whether the tests of `isa` run here. Under Miri (with the AVX-512 target
@@ -432,6 +436,35 @@ pub fn check_dot_only(k: &TypeKernels, seed: u64, nblocks: usize, style: u64) {
     // The SIMD tiles and x4 kernels keep their row kernel's arithmetic exactly.
     check_tiles(k, n, &w, &cols, &row, seed, true);
     check_panel(k, n, &w, &cols, seed, style % 5);
+}
+
+/// A panel's one-pass quantize-and-prepare (where it has one) against its
+/// two passes, byte for byte.
+fn check_quantize_prepared(
+    k: &TypeKernels,
+    n: usize,
+    xs: &[Vec<f32>],
+    cols: &[Vec<u8>],
+    seed: u64,
+) {
+    let Some(p) = k.panel else {
+        return;
+    };
+    let Some(quantize_prepared) = p.quantize_prepared else {
+        return;
+    };
+    for (x, a) in xs.iter().zip(cols) {
+        let mut want = vec![0xAAu8; p.act_row_bytes(n)];
+        (p.prepare)(n, a, &mut want);
+        let mut got = vec![0x55u8; want.len()];
+        quantize_prepared(x, &mut got);
+        assert!(
+            got == want,
+            "{} {}: one-pass prepared activations differ (seed {seed})",
+            k.isa,
+            k.weight
+        );
+    }
 }
 
 /// The weight panels of `k` (where it has them) against its row kernel, bit

@@ -1770,3 +1770,51 @@ pub(crate) fn silu_mul(gate: &mut [f32], up: &[f32]) -> usize {
     unsafe { k_silu_mul(gate.len(), gate.as_mut_ptr(), up.as_ptr()) };
     gate.len() / 8 * 8
 }
+
+// ------------------------------------------------------------ panel activations
+
+/// Quantizes `nb` blocks of 32 floats to Q8_0 and writes each in the legacy
+/// panels' prepared form (see [`crate::panel`]): the 32 quants, the f16
+/// scale as f32, and `−Σq · 2^SHIFT`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k_quantize_prepared<const SHIFT: u32>(nb: usize, x: *const f32, y: *mut u8) {
+    for i in 0..nb {
+        // SAFETY: `nb` blocks of input and output (checked by the wrapper).
+        unsafe {
+            let b = y.add(crate::panel::LEGACY_ACT * i);
+            let (d, sum) = q8_block(x.add(32 * i), b);
+            let d = f16::from_f32(d).to_f32();
+            b.add(32).cast::<[u8; 4]>().write_unaligned(d.to_le_bytes());
+            // |Σq| ≤ 32·127 < 2^12: the offset fits an i32 for any shift ≤ 18.
+            b.add(36)
+                .cast::<[u8; 4]>()
+                .write_unaligned((-(sum << SHIFT)).to_le_bytes());
+        }
+    }
+}
+
+fn quantize_prepared<const SHIFT: u32>(x: &[f32], out: &mut [u8]) {
+    let nb = x.len() / 32;
+    assert!(
+        x.len().is_multiple_of(32) && out.len() == nb * crate::panel::LEGACY_ACT,
+        "{} values into {} prepared bytes",
+        x.len(),
+        out.len()
+    );
+    // SAFETY: `nb` blocks of input and output (checked above); reachable only
+    // through the AVX2 and AVX-512 tables, handed out after AVX2/FMA/F16C were
+    // detected.
+    unsafe { k_quantize_prepared::<SHIFT>(nb, x.as_ptr(), out.as_mut_ptr()) }
+}
+
+/// [`crate::panel::QuantizePreparedFn`] of the Q4_0, Q5_0 and Q8_0 panels
+/// (their weights' unsigned offsets: 2^3, 2^4, 2^7).
+pub(crate) fn quantize_prepared_q4_0(x: &[f32], out: &mut [u8]) {
+    quantize_prepared::<3>(x, out)
+}
+pub(crate) fn quantize_prepared_q5_0(x: &[f32], out: &mut [u8]) {
+    quantize_prepared::<4>(x, out)
+}
+pub(crate) fn quantize_prepared_q8_0(x: &[f32], out: &mut [u8]) {
+    quantize_prepared::<7>(x, out)
+}

@@ -209,6 +209,15 @@ const fn tiles(
     k
 }
 
+/// `k` (with panels) quantizing and preparing activations in one pass.
+const fn fused(k: TypeKernels, f: panel::QuantizePreparedFn) -> TypeKernels {
+    let mut k = k;
+    if let Some(p) = &mut k.panel {
+        p.quantize_prepared = Some(f);
+    }
+    k
+}
+
 /// `k` with weight panels: `unpack`/`prepare` from [`crate::panel`], the
 /// kernels for 8 and 4 tokens, and the layout's sizes. Batches of 32 tokens
 /// or more take them with AVX-512 (12 tokens took 19.1 ms through panels
@@ -228,6 +237,7 @@ const fn panels(
     k.panel = Some(panel::PanelFns {
         unpack,
         prepare,
+        quantize_prepared: None,
         wide: kernels.0,
         narrow: kernels.1,
         block_bytes,
@@ -253,58 +263,64 @@ pub(crate) static AVX2: [TypeKernels; 13] = [
     with(scalar(T::F32), A, None, Some(avx2::vec_dot_f32), None),
     with(scalar(T::F16), A, None, Some(avx2::vec_dot_f16), None),
     with(scalar(T::BF16), A, None, None, None),
-    panels(
-        tiles(
-            rows8(
-                with(
-                    scalar(T::Q4_0),
-                    A,
-                    Q8_0,
-                    Some(avx2::vec_dot_q4_0),
-                    Some(avx2::vec_dot_x4_q4_0),
+    fused(
+        panels(
+            tiles(
+                rows8(
+                    with(
+                        scalar(T::Q4_0),
+                        A,
+                        Q8_0,
+                        Some(avx2::vec_dot_q4_0),
+                        Some(avx2::vec_dot_x4_q4_0),
+                    ),
+                    avx2::vec_dot_rows8_q4_0,
                 ),
-                avx2::vec_dot_rows8_q4_0,
+                3,
+                (
+                    avx2::tile16_q4_0,
+                    avx2::tile12_q4_0,
+                    avx2::tile8_q4_0,
+                    avx2::tile4_q4_0,
+                ),
             ),
-            3,
-            (
-                avx2::tile16_q4_0,
-                avx2::tile12_q4_0,
-                avx2::tile8_q4_0,
-                avx2::tile4_q4_0,
-            ),
+            avx2_panel::unpack_q4_0,
+            panel::prepare_q4_0,
+            (avx2_panel::panel8_q4_0, avx2_panel::panel4_q4_0),
+            panel::LEGACY_BLOCK,
+            panel::LEGACY_ACT,
         ),
-        avx2_panel::unpack_q4_0,
-        panel::prepare_q4_0,
-        (avx2_panel::panel8_q4_0, avx2_panel::panel4_q4_0),
-        panel::LEGACY_BLOCK,
-        panel::LEGACY_ACT,
+        avx2::quantize_prepared_q4_0,
     ),
     with(scalar(T::Q4_1), A, Q8_1, Some(avx2::vec_dot_q4_1), None),
-    panels(
-        tiles(
-            rows8(
-                with(
-                    scalar(T::Q5_0),
-                    A,
-                    Q8_0,
-                    Some(avx2::vec_dot_q5_0),
-                    Some(avx2::vec_dot_x4_q5_0),
+    fused(
+        panels(
+            tiles(
+                rows8(
+                    with(
+                        scalar(T::Q5_0),
+                        A,
+                        Q8_0,
+                        Some(avx2::vec_dot_q5_0),
+                        Some(avx2::vec_dot_x4_q5_0),
+                    ),
+                    avx2::vec_dot_rows8_q5_0,
                 ),
-                avx2::vec_dot_rows8_q5_0,
+                4,
+                (
+                    avx2::tile16_q5_0,
+                    avx2::tile12_q5_0,
+                    avx2::tile8_q5_0,
+                    avx2::tile4_q5_0,
+                ),
             ),
-            4,
-            (
-                avx2::tile16_q5_0,
-                avx2::tile12_q5_0,
-                avx2::tile8_q5_0,
-                avx2::tile4_q5_0,
-            ),
+            avx2_panel::unpack_q5_0,
+            panel::prepare_q5_0,
+            (avx2_panel::panel8_q5_0, avx2_panel::panel4_q5_0),
+            panel::LEGACY_BLOCK,
+            panel::LEGACY_ACT,
         ),
-        avx2_panel::unpack_q5_0,
-        panel::prepare_q5_0,
-        (avx2_panel::panel8_q5_0, avx2_panel::panel4_q5_0),
-        panel::LEGACY_BLOCK,
-        panel::LEGACY_ACT,
+        avx2::quantize_prepared_q5_0,
     ),
     with(scalar(T::Q5_1), A, Q8_1, None, None),
     panels(
@@ -392,67 +408,76 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
     with(AVX2[0], V, None, None, None),
     with(AVX2[1], V, None, None, None),
     with(AVX2[2], V, None, None, None),
-    panels(
-        tiles(
-            rows8(
-                with(AVX2[3], V, None, None, None),
-                avx512::vec_dot_rows8_q4_0,
+    fused(
+        panels(
+            tiles(
+                rows8(
+                    with(AVX2[3], V, None, None, None),
+                    avx512::vec_dot_rows8_q4_0,
+                ),
+                3,
+                (
+                    avx512::tile16_q4_0,
+                    avx512::tile12_q4_0,
+                    avx512::tile8_q4_0,
+                    avx512::tile4_q4_0,
+                ),
             ),
-            3,
-            (
-                avx512::tile16_q4_0,
-                avx512::tile12_q4_0,
-                avx512::tile8_q4_0,
-                avx512::tile4_q4_0,
-            ),
+            avx512::unpack_q4_0,
+            panel::prepare_q4_0,
+            LEGACY_PANEL,
+            panel::LEGACY_BLOCK,
+            panel::LEGACY_ACT,
         ),
-        avx512::unpack_q4_0,
-        panel::prepare_q4_0,
-        LEGACY_PANEL,
-        panel::LEGACY_BLOCK,
-        panel::LEGACY_ACT,
+        avx2::quantize_prepared_q4_0,
     ),
     with(AVX2[4], V, None, None, None),
-    panels(
-        tiles(
-            rows8(
-                with(AVX2[5], V, None, None, None),
-                avx512::vec_dot_rows8_q5_0,
+    fused(
+        panels(
+            tiles(
+                rows8(
+                    with(AVX2[5], V, None, None, None),
+                    avx512::vec_dot_rows8_q5_0,
+                ),
+                4,
+                (
+                    avx512::tile16_q5_0,
+                    avx512::tile12_q5_0,
+                    avx512::tile8_q5_0,
+                    avx512::tile4_q5_0,
+                ),
             ),
-            4,
-            (
-                avx512::tile16_q5_0,
-                avx512::tile12_q5_0,
-                avx512::tile8_q5_0,
-                avx512::tile4_q5_0,
-            ),
+            avx512::unpack_q5_0,
+            panel::prepare_q5_0,
+            LEGACY_PANEL,
+            panel::LEGACY_BLOCK,
+            panel::LEGACY_ACT,
         ),
-        avx512::unpack_q5_0,
-        panel::prepare_q5_0,
-        LEGACY_PANEL,
-        panel::LEGACY_BLOCK,
-        panel::LEGACY_ACT,
+        avx2::quantize_prepared_q5_0,
     ),
     with(AVX2[6], V, None, None, None),
-    panels(
-        tiles(
-            rows8(
-                with(AVX2[7], V, None, None, None),
-                avx512::vec_dot_rows8_q8_0,
+    fused(
+        panels(
+            tiles(
+                rows8(
+                    with(AVX2[7], V, None, None, None),
+                    avx512::vec_dot_rows8_q8_0,
+                ),
+                7,
+                (
+                    avx512::tile16_q8_0,
+                    avx512::tile12_q8_0,
+                    avx512::tile8_q8_0,
+                    avx512::tile4_q8_0,
+                ),
             ),
-            7,
-            (
-                avx512::tile16_q8_0,
-                avx512::tile12_q8_0,
-                avx512::tile8_q8_0,
-                avx512::tile4_q8_0,
-            ),
+            avx512::unpack_q8_0,
+            panel::prepare_q8_0,
+            LEGACY_PANEL,
+            panel::LEGACY_BLOCK,
+            panel::LEGACY_ACT,
         ),
-        avx512::unpack_q8_0,
-        panel::prepare_q8_0,
-        LEGACY_PANEL,
-        panel::LEGACY_BLOCK,
-        panel::LEGACY_ACT,
+        avx2::quantize_prepared_q8_0,
     ),
     with(AVX2[8], V, None, None, None),
     with(AVX2[9], V, None, None, None),
