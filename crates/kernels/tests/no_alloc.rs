@@ -54,30 +54,14 @@ fn matmul_does_not_allocate_once_scratch_is_sized() {
             // a block every 63 jobs.
             pool.install(&mut || {
                 for t in [1, tokens] {
+                    let mut call = || {
+                        let y = &mut y[..t * rows];
+                        matmul(&wm, &x[..t * cols], t, y, &mut scratch, pool).unwrap()
+                    };
                     // Warm-up: rayon starts its threads and their queues on first use.
-                    for _ in 0..8 {
-                        matmul(
-                            &wm,
-                            &x[..t * cols],
-                            t,
-                            &mut y[..t * rows],
-                            &mut scratch,
-                            pool,
-                        )
-                        .unwrap();
-                    }
+                    (0..8).for_each(|_| call());
                     let before = ALLOCS.load(Ordering::SeqCst);
-                    for _ in 0..3 {
-                        matmul(
-                            &wm,
-                            &x[..t * cols],
-                            t,
-                            &mut y[..t * rows],
-                            &mut scratch,
-                            pool,
-                        )
-                        .unwrap();
-                    }
+                    (0..3).for_each(|_| call());
                     let after = ALLOCS.load(Ordering::SeqCst);
                     assert_eq!(
                         after,

@@ -45,6 +45,15 @@ pub struct Layer {
     post_ffn_norm: Option<Vec<f32>>,
 }
 
+impl Layer {
+    /// The block's seven weight matrices.
+    fn matrices(&self) -> [&Linear; 7] {
+        [
+            &self.wq, &self.wk, &self.wv, &self.wo, &self.gate, &self.up, &self.down,
+        ]
+    }
+}
+
 /// A loaded model: the mapped file and where each weight lies in it.
 pub struct Model {
     pub file: Gguf,
@@ -157,10 +166,7 @@ impl Model {
     /// The weight types in use, for reports (`Q8_0 ×168, F32 ×…`).
     pub fn weight_types(&self) -> Vec<(lamina_gguf::GgmlType, usize)> {
         let mut counts: Vec<(lamina_gguf::GgmlType, usize)> = Vec::new();
-        let all = self
-            .layers
-            .iter()
-            .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down]);
+        let all = self.layers.iter().flat_map(Layer::matrices);
         for w in all
             .chain(std::iter::once(&self.tok_embd))
             .chain(self.dense.iter())
@@ -181,7 +187,7 @@ impl Model {
         let layers: usize = self
             .layers
             .iter()
-            .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down])
+            .flat_map(Layer::matrices)
             .map(|w| w.len)
             .sum();
         layers + self.output.as_ref().map_or(0, |o| o.len)

@@ -1406,6 +1406,33 @@ pub(super) unsafe fn hsum4_ps(p: [__m256; 4]) -> __m128 {
     }
 }
 
+/// One key's score for `R` heads into `s[r][j]`: one FMA chain over the
+/// head's 8-value chunks, then `hsum_f32`'s tree (the keys past a block's
+/// last whole group of eight, in the AVX2 and AVX-512 kernels alike).
+#[inline(always)]
+pub(super) unsafe fn score_one<const R: usize, const ESIZE: usize>(
+    q: [*const f32; R],
+    hd: usize,
+    key: *const u8,
+    scale: f32,
+    load8: unsafe fn(*const u8) -> __m256,
+    s: &mut [[f32; KEY_BLOCK]; R],
+    j: usize,
+) {
+    // SAFETY: the caller passes `hd` values (a multiple of 8) at each `q[r]` and
+    // at `key`; AVX2 and FMA are enabled in every kernel calling this.
+    unsafe {
+        for r in 0..R {
+            let mut a = _mm256_setzero_ps();
+            for c in 0..hd / 8 {
+                let qv = _mm256_loadu_ps(q[r].add(8 * c));
+                a = _mm256_fmadd_ps(qv, load8(key.add(8 * c * ESIZE)), a);
+            }
+            s[r][j] = hsum_f32(a) * scale;
+        }
+    }
+}
+
 /// One key block's softmax step for `R` heads: the scores `s[r][..n]`
 /// (soft-capped here when `softcap` is set) raise each head's running max,
 /// rescaling its output row (`hd` values at `out[r]`, a multiple of 8) and
@@ -1536,14 +1563,7 @@ unsafe fn attend<const R: usize, const ESIZE: usize>(
                 j += 8;
             }
             while j < n {
-                for r in 0..R {
-                    let mut a = _mm256_setzero_ps();
-                    for c in 0..chunks {
-                        let qv = _mm256_loadu_ps(q[r].add(8 * c));
-                        a = _mm256_fmadd_ps(qv, load8(key(j).add(8 * c * ESIZE)), a);
-                    }
-                    s[r][j] = hsum_f32(a) * scale;
-                }
+                score_one::<R, ESIZE>(q, hd, key(j), scale, load8, &mut s, j);
                 j += 1;
             }
             let mut p = [[0.0f32; KEY_BLOCK]; R];

@@ -1111,6 +1111,7 @@ legacy_unpackers! {
 // ------------------------------------------------------------ attention
 
 use crate::attention::{KEY_BLOCK, MAX_HEAD_DIM};
+use std::mem::MaybeUninit;
 
 /// 16 f32 at `p`.
 #[inline(always)]
@@ -1167,7 +1168,7 @@ unsafe fn halves(a: __m256, b: __m256) -> __m512 {
 #[inline(always)]
 #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
 unsafe fn score_pairs<const R: usize, const P: usize, const ESIZE: usize>(
-    qd: &[[__m512; MAX_HEAD_DIM / 8]; R],
+    qd: &[[MaybeUninit<__m512>; MAX_HEAD_DIM / 8]; R],
     hd: usize,
     key: impl Fn(usize) -> *const u8,
     j: usize,
@@ -1176,7 +1177,8 @@ unsafe fn score_pairs<const R: usize, const P: usize, const ESIZE: usize>(
     s: &mut [[f32; KEY_BLOCK]; R],
 ) {
     // SAFETY: the caller passes keys `j..j + 2P` of the block, each with `hd` values,
-    // and `j + 2P ≤ KEY_BLOCK`; AVX-512 F/VL, AVX2 and FMA are enabled.
+    // `j + 2P ≤ KEY_BLOCK`, and `qd[r][..hd / 8]` written; AVX-512 F/VL, AVX2 and FMA
+    // are enabled.
     unsafe {
         let mut acc = [[_mm512_setzero_ps(); P]; R];
         for c in 0..hd / 8 {
@@ -1186,7 +1188,7 @@ unsafe fn score_pairs<const R: usize, const P: usize, const ESIZE: usize>(
                     key8(key(j + 2 * pr + 1).add(8 * c * ESIZE)),
                 );
                 for r in 0..R {
-                    acc[r][pr] = _mm512_fmadd_ps(qd[r][c], kv, acc[r][pr]);
+                    acc[r][pr] = _mm512_fmadd_ps(qd[r][c].assume_init(), kv, acc[r][pr]);
                 }
             }
         }
@@ -1234,7 +1236,7 @@ unsafe fn attend16<const R: usize, const ESIZE: usize>(
     out: [*mut f32; R],
     loads: RowLoads,
 ) {
-    use super::avx2::{hsum_f32, normalize, softmax_block};
+    use super::avx2::{normalize, score_one, softmax_block};
     // SAFETY: the wrapper checked `hd` values (a multiple of 16, at most
     // MAX_HEAD_DIM) at each `q[r]` and `out[r]` and that every key and value row of
     // the range holds `hd` elements; AVX-512 F/VL, AVX2, FMA and F16C are enabled.
@@ -1245,12 +1247,14 @@ unsafe fn attend16<const R: usize, const ESIZE: usize>(
                 _mm512_storeu_ps(o.add(16 * c), _mm512_setzero_ps());
             }
         }
-        // Each head's 8-value chunks, each in both halves of a vector.
-        let mut qd = [[_mm512_setzero_ps(); MAX_HEAD_DIM / 8]; R];
+        // Each head's 8-value chunks, each in both halves of a vector; only
+        // the first `hd / 8` are written and read (zeroing all of them cost
+        // every call, decoding's single queries too, 4 KiB per head).
+        let mut qd = [[MaybeUninit::<__m512>::uninit(); MAX_HEAD_DIM / 8]; R];
         for r in 0..R {
             for c in 0..hd / 8 {
                 let x = _mm256_loadu_ps(q[r].add(8 * c));
-                qd[r][c] = halves(x, x);
+                qd[r][c].write(halves(x, x));
             }
         }
         let (mut max, mut sum) = ([f32::NEG_INFINITY; R], [0.0f32; R]);
@@ -1271,14 +1275,7 @@ unsafe fn attend16<const R: usize, const ESIZE: usize>(
                 }
             }
             while j < n {
-                for r in 0..R {
-                    let mut a = _mm256_setzero_ps();
-                    for c in 0..hd / 8 {
-                        let qv = _mm256_loadu_ps(q[r].add(8 * c));
-                        a = _mm256_fmadd_ps(qv, (loads.key8)(key(j).add(8 * c * ESIZE)), a);
-                    }
-                    s[r][j] = hsum_f32(a) * scale;
-                }
+                score_one::<R, ESIZE>(q, hd, key(j), scale, loads.key8, &mut s, j);
                 j += 1;
             }
             softmax_block(&mut s, n, softcap, &mut max, &mut sum, &mut p, out, hd);
