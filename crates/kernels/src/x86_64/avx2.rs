@@ -1498,20 +1498,23 @@ pub(super) unsafe fn softmax_block<const R: usize>(
 /// into the outputs 8 dimensions at a time. Each key and value row is read
 /// once for all `R` heads; every head gets the bits it gets alone (`R = 1`).
 #[inline(always)]
-#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+#[allow(clippy::needless_range_loop)]
 unsafe fn attend<const R: usize, const ESIZE: usize>(
-    hd: usize,
+    rows: KeyRows,
     q: [*const f32; R],
-    k: *const u8,
-    v: *const u8,
-    row: usize,
-    start: usize,
-    end: usize,
-    scale: f32,
-    softcap: Option<f32>,
     out: [*mut f32; R],
     load8: unsafe fn(*const u8) -> __m256,
 ) {
+    let KeyRows {
+        hd,
+        k,
+        v,
+        row,
+        start,
+        end,
+        scale,
+        softcap,
+    } = rows;
     // SAFETY: the wrapper checked `hd` values at each `q[r]` and `out[r]` and that
     // every key row of the range holds `hd` elements; AVX2/FMA/F16C are enabled.
     unsafe {
@@ -1625,19 +1628,24 @@ pub(super) unsafe fn normalize<const R: usize>(sum: &[f32; R], out: [*mut f32; R
     }
 }
 
-/// One attention kernel entry point (see [`attend`]).
-pub(super) type AttendKernel = unsafe fn(
-    usize,
-    *const f32,
-    *const u8,
-    *const u8,
-    usize,
-    usize,
-    usize,
-    f32,
-    Option<f32>,
-    *mut f32,
-);
+/// An attention kernel call's key and value rows and scaling: key rows
+/// `start..end`, row `j`'s kv head at `k + j·row` (and `v + j·row`), `hd`
+/// values each; scores times `scale`, soft-capped where `softcap` is set.
+#[derive(Clone, Copy)]
+pub(super) struct KeyRows {
+    pub hd: usize,
+    pub k: *const u8,
+    pub v: *const u8,
+    pub row: usize,
+    pub start: usize,
+    pub end: usize,
+    pub scale: f32,
+    pub softcap: Option<f32>,
+}
+
+/// One attention kernel entry point (see [`attend`]): `R` heads' queries
+/// at `q` and outputs at `out`, `R·hd` values each.
+pub(super) type AttendKernel = unsafe fn(KeyRows, *const f32, *mut f32);
 
 attend_fns! {
     "avx2,fma,f16c", attend;
@@ -1722,18 +1730,17 @@ pub(super) fn attend_row_with(
     // hold `heads · hd` values; reachable only after the detection of the
     // kernels' features (AVX2/FMA/F16C, and AVX-512 F/VL for the VL table).
     unsafe {
-        kernel(
+        let rows = KeyRows {
             hd,
-            q.as_ptr(),
-            kp,
-            vp,
-            kv_row * esize,
-            keys.start,
-            keys.end,
+            k: kp,
+            v: vp,
+            row: kv_row * esize,
+            start: keys.start,
+            end: keys.end,
             scale,
             softcap,
-            out.as_mut_ptr(),
-        )
+        };
+        kernel(rows, q.as_ptr(), out.as_mut_ptr())
     }
 }
 

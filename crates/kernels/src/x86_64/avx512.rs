@@ -8,8 +8,8 @@
 //! f16 scales are decoded in software.
 
 use super::avx2::{
-    AttendKernel, all_dwords, hsum_i32, k_block_step, legacy_tile, prefetch_block, prefetch_rows8,
-    q4_0_unsigned, q4_k_tile, q5_0_unsigned, q6_k_tile, q8_0_unsigned,
+    AttendKernel, KeyRows, all_dwords, hsum_i32, k_block_step, legacy_tile, prefetch_block,
+    prefetch_rows8, q4_0_unsigned, q4_k_tile, q5_0_unsigned, q6_k_tile, q8_0_unsigned,
 };
 use crate::GgmlType;
 use crate::scalar::{k4_scales_mins, row_blocks, rows8_blocks};
@@ -1222,21 +1222,24 @@ unsafe fn score_pairs<const R: usize, const P: usize, const ESIZE: usize>(
 /// with others, from f32 or f16 rows. Twice AVX2's lanes per FMA: a Zen 5
 /// part spent 24-30 % of pp512 in AVX2's kernel.
 #[inline(always)]
-#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+#[allow(clippy::needless_range_loop)]
 unsafe fn attend16<const R: usize, const ESIZE: usize>(
-    hd: usize,
+    rows: KeyRows,
     q: [*const f32; R],
-    k: *const u8,
-    v: *const u8,
-    row: usize,
-    start: usize,
-    end: usize,
-    scale: f32,
-    softcap: Option<f32>,
     out: [*mut f32; R],
     loads: RowLoads,
 ) {
     use super::avx2::{normalize, score_one, softmax_block};
+    let KeyRows {
+        hd,
+        k,
+        v,
+        row,
+        start,
+        end,
+        scale,
+        softcap,
+    } = rows;
     // SAFETY: the wrapper checked `hd` values (a multiple of 16, at most
     // MAX_HEAD_DIM) at each `q[r]` and `out[r]` and that every key and value row of
     // the range holds `hd` elements; AVX-512 F/VL, AVX2, FMA and F16C are enabled.

@@ -113,24 +113,12 @@ macro_rules! attend_fns {
      $($table:ident: $esize:literal, $load:ident => $($name:ident: $r:literal),*;)*) => {$(
         $(
             #[target_feature(enable = $feat)]
-            #[allow(clippy::too_many_arguments)]
-            unsafe fn $name(
-                hd: usize,
-                q: *const f32,
-                k: *const u8,
-                v: *const u8,
-                row: usize,
-                start: usize,
-                end: usize,
-                scale: f32,
-                softcap: Option<f32>,
-                out: *mut f32,
-            ) {
+            unsafe fn $name(rows: KeyRows, q: *const f32, out: *mut f32) {
                 // SAFETY: forwarded from the wrapper's checks: `R·hd` values at `q` and `out`.
                 unsafe {
-                    let q = std::array::from_fn(|r| q.add(r * hd));
-                    let out = std::array::from_fn(|r| out.add(r * hd));
-                    $kernel::<$r, $esize>(hd, q, k, v, row, start, end, scale, softcap, out, $load)
+                    let q = std::array::from_fn(|r| q.add(r * rows.hd));
+                    let out = std::array::from_fn(|r| out.add(r * rows.hd));
+                    $kernel::<$r, $esize>(rows, q, out, $load)
                 }
             }
         )*
