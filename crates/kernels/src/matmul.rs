@@ -515,7 +515,7 @@ fn panel_matmul<const N: usize>(
 
 /// Hints the cache line holding `p` into L1 (a no-op off x86-64).
 #[inline(always)]
-fn prefetch_line(p: *const u8) {
+pub(crate) fn prefetch_line(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is a hint that never faults, whatever the address;
     // SSE is part of x86-64.

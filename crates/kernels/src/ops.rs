@@ -166,24 +166,56 @@ pub fn rope_scaled(
     freq_factors: Option<&[f32]>,
     layout: RopeLayout,
 ) {
-    assert!(rot_dims <= head_dim && rot_dims.is_multiple_of(2) && x.len().is_multiple_of(head_dim));
+    let mut cs = [0.0f32; 2 * MAX_ROPE_PAIRS];
+    assert!(rot_dims <= cs.len());
+    rope_table(
+        pos,
+        rot_dims,
+        base,
+        freq_scale,
+        freq_factors,
+        &mut cs[..rot_dims],
+    );
+    rope_apply(x, head_dim, &cs[..rot_dims], layout);
+}
+
+/// Most rotated pairs per head [`rope_scaled`] supports.
+pub const MAX_ROPE_PAIRS: usize = 256;
+
+/// The `(cos, sin)` of every pair's angle at `pos` (see [`rope_scaled`]),
+/// interleaved into `cs` (`rot_dims` values): computed once per position
+/// and shared by every head and layer with that base (ggml's rope cache).
+pub fn rope_table(
+    pos: usize,
+    rot_dims: usize,
+    base: f32,
+    freq_scale: f32,
+    freq_factors: Option<&[f32]>,
+    cs: &mut [f32],
+) {
+    assert!(rot_dims.is_multiple_of(2) && cs.len() == rot_dims);
     let half = rot_dims / 2;
     if let Some(f) = freq_factors {
         assert!(f.len() >= half);
     }
-    // cos/sin once per pair, shared by every head (ggml's rope cache), at most 256 pairs.
-    let mut cs = [(0.0f32, 0.0f32); 256];
-    assert!(half <= cs.len());
     let step = base.powf(-2.0 / rot_dims as f32);
     let mut theta = pos as f32;
-    for (i, c) in cs[..half].iter_mut().enumerate() {
+    for (i, c) in cs.chunks_exact_mut(2).enumerate() {
         let ff = freq_factors.map_or(1.0, |f| f[i]);
         let (s, co) = (freq_scale * (theta / ff)).sin_cos();
-        *c = (co, s);
+        c.copy_from_slice(&[co, s]);
         theta *= step;
     }
+}
+
+/// Rotates every head of `x` (`n_heads × head_dim`) by a [`rope_table`]
+/// (`cs.len()` = the rotated dims; the rest of each head is untouched).
+pub fn rope_apply(x: &mut [f32], head_dim: usize, cs: &[f32], layout: RopeLayout) {
+    let half = cs.len() / 2;
+    assert!(cs.len() <= head_dim && cs.len().is_multiple_of(2) && x.len().is_multiple_of(head_dim));
     for head in x.chunks_exact_mut(head_dim) {
-        for (i, &(c, s)) in cs[..half].iter().enumerate() {
+        for (i, c) in cs.chunks_exact(2).enumerate() {
+            let (c, s) = (c[0], c[1]);
             let (a, b) = match layout {
                 RopeLayout::Normal => (2 * i, 2 * i + 1),
                 RopeLayout::Neox => (i, i + half),

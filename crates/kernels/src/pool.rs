@@ -13,6 +13,33 @@ pub trait ThreadPool: Sync {
     fn install(&self, f: &mut (dyn FnMut() + Send)) {
         f()
     }
+    /// Names memory the next parallel regions will read, so that threads
+    /// which would otherwise idle (a worker before the next region, the
+    /// caller waiting out a region's last task) fetch it into their caches
+    /// meanwhile. A hint only: ignoring it is correct, and a stale one costs
+    /// cache space, never a wrong result. The default ignores it.
+    fn prefetch_hint(&self, spans: &[Span]) {
+        let _ = spans;
+    }
+}
+
+/// Memory named in a [`ThreadPool::prefetch_hint`]: an address and a length
+/// in bytes. Only ever prefetched (a prefetch never faults, whatever the
+/// address), so it may outlive what it points into.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Span {
+    pub addr: usize,
+    pub len: usize,
+}
+
+impl Span {
+    /// The bytes of `s`.
+    pub fn of<T>(s: &[T]) -> Span {
+        Span {
+            addr: s.as_ptr() as usize,
+            len: std::mem::size_of_val(s),
+        }
+    }
 }
 
 /// Runs every task on the calling thread.

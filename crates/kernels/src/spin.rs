@@ -9,13 +9,18 @@
 //! ran and every worker that joined the job has left it (a worker that was
 //! descheduled and never joined is not waited for). Concurrent `run` calls on one
 //! pool are serialized; `run` allocates nothing.
+//!
+//! Threads with nothing to do prefetch the memory of the latest
+//! [`ThreadPool::prefetch_hint`] (decoding names the layer's KV-cache rows
+//! before its Q/K/V matmul, so attention finds them in cache instead of
+//! waiting on one DRAM miss after another).
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-use crate::pool::ThreadPool;
+use crate::pool::{Span, ThreadPool};
 
 /// Idle spins before a worker parks (a few hundred microseconds).
 const SPIN_ITERS: u32 = 1 << 16;
@@ -37,6 +42,85 @@ struct Shared {
     stop: AtomicBool,
     sleepers: Mutex<usize>,
     wake: Condvar,
+    hint: Hint,
+}
+
+/// Spans a prefetch hint keeps (more are dropped).
+const HINT_SPANS: usize = 4;
+/// Bytes of each span prefetched at most: a hint is for the start of what
+/// the next regions read, not for streams longer than a core's L2.
+const HINT_SPAN_BYTES: usize = 128 << 10;
+/// Cache lines prefetched between checks for new work.
+const HINT_STEP_LINES: usize = 8;
+
+/// The latest prefetch hint, under a sequence lock: `seq` is odd while the
+/// spans change. A torn read could only prefetch the wrong lines.
+struct Hint {
+    seq: AtomicUsize,
+    spans: [(AtomicUsize, AtomicUsize); HINT_SPANS],
+}
+
+impl Hint {
+    fn set(&self, spans: &[Span]) {
+        self.seq.fetch_add(1, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::Release);
+        for (i, (addr, len)) in self.spans.iter().enumerate() {
+            let span = spans.get(i).copied().unwrap_or_default();
+            addr.store(span.addr, Ordering::Relaxed);
+            len.store(span.len, Ordering::Relaxed);
+        }
+        self.seq.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// One thread's progress through the latest hint.
+struct Prefetcher {
+    seq: usize,
+    span: usize,
+    at: usize,
+}
+
+impl Prefetcher {
+    fn new() -> Self {
+        Prefetcher {
+            seq: 0,
+            span: HINT_SPANS,
+            at: 0,
+        }
+    }
+
+    /// Prefetches the next few lines of the hint; false when there is
+    /// nothing (left) to prefetch.
+    fn step(&mut self, hint: &Hint) -> bool {
+        let seq = hint.seq.load(Ordering::Acquire);
+        if seq != self.seq {
+            if seq & 1 == 1 {
+                return false;
+            }
+            (self.seq, self.span, self.at) = (seq, 0, 0);
+        }
+        if self.span >= HINT_SPANS {
+            return false;
+        }
+        let (addr, len) = &hint.spans[self.span];
+        let (addr, len) = (addr.load(Ordering::Relaxed), len.load(Ordering::Relaxed));
+        std::sync::atomic::fence(Ordering::Acquire);
+        if hint.seq.load(Ordering::Relaxed) != seq {
+            return true;
+        }
+        let len = len.min(HINT_SPAN_BYTES);
+        if self.at >= len {
+            self.span = if len == 0 { HINT_SPANS } else { self.span + 1 };
+            self.at = 0;
+            return self.span < HINT_SPANS;
+        }
+        let end = (self.at + 64 * HINT_STEP_LINES).min(len);
+        while self.at < end {
+            crate::matmul::prefetch_line((addr.wrapping_add(self.at)) as *const u8);
+            self.at += 64;
+        }
+        true
+    }
 }
 
 // SAFETY: `job` is only written while no worker can read it (between a
@@ -50,7 +134,8 @@ unsafe impl Send for Shared {}
 pub struct SpinPool {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
-    run_lock: Mutex<()>,
+    /// Serializes `run`; holds the caller's progress through the hint.
+    run_lock: Mutex<Prefetcher>,
 }
 
 impl std::fmt::Debug for SpinPool {
@@ -75,6 +160,10 @@ impl SpinPool {
             stop: AtomicBool::new(false),
             sleepers: Mutex::new(0),
             wake: Condvar::new(),
+            hint: Hint {
+                seq: AtomicUsize::new(0),
+                spans: std::array::from_fn(|_| (AtomicUsize::new(0), AtomicUsize::new(0))),
+            },
         });
         let workers = (1..threads.max(1))
             .map(|i| {
@@ -88,7 +177,7 @@ impl SpinPool {
         SpinPool {
             shared,
             workers,
-            run_lock: Mutex::new(()),
+            run_lock: Mutex::new(Prefetcher::new()),
         }
     }
 }
@@ -109,12 +198,16 @@ fn drain(s: &Shared, job: &(dyn Fn(usize) + Sync)) {
 /// `seen` is the generation at spawn time (0): a worker that starts late still
 /// takes the job published before it ran.
 fn worker(s: &Shared, mut seen: usize) {
+    let mut prefetcher = Prefetcher::new();
     loop {
         let mut spins = 0u32;
         let g = loop {
             let g = s.generation.load(Ordering::Acquire);
             if g != seen || s.stop.load(Ordering::Acquire) {
                 break g;
+            }
+            if prefetcher.step(&s.hint) {
+                continue;
             }
             if spins < SPIN_ITERS {
                 spins += 1;
@@ -161,7 +254,7 @@ impl ThreadPool for SpinPool {
             (0..n_tasks).for_each(f);
             return;
         }
-        let _guard = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut prefetcher = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
         let s = &*self.shared;
         // Erase the closure's lifetime: workers use it only while the job is open or
         // they are counted in `active`, and this function waits out both before returning.
@@ -185,6 +278,9 @@ impl ThreadPool for SpinPool {
         let mut spins = 0u32;
         let mut wait = |cond: &dyn Fn() -> bool| {
             while !cond() {
+                if prefetcher.step(&s.hint) {
+                    continue;
+                }
                 // Yield now and then: on an oversubscribed machine the worker we wait
                 // for may need this core.
                 spins += 1;
@@ -202,6 +298,10 @@ impl ThreadPool for SpinPool {
         // SAFETY: the job is closed and no worker is inside it; none reads `job` before
         // the next generation is published.
         unsafe { *s.job.get() = None };
+    }
+
+    fn prefetch_hint(&self, spans: &[Span]) {
+        self.shared.hint.set(spans);
     }
 }
 
@@ -242,6 +342,36 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn prefetcher_walks_each_span_up_to_its_cap_then_stops() {
+        let hint = Hint {
+            seq: AtomicUsize::new(0),
+            spans: std::array::from_fn(|_| (AtomicUsize::new(0), AtomicUsize::new(0))),
+        };
+        let steps = |p: &mut Prefetcher| std::iter::from_fn(|| p.step(&hint).then_some(())).count();
+        let mut p = Prefetcher::new();
+        assert_eq!(steps(&mut p), 0, "no hint yet");
+        let a = vec![0u8; 3000];
+        let b = vec![0u8; 2 * HINT_SPAN_BYTES];
+        hint.set(&[Span::of(&a), Span::of(&b)]);
+        let lines = |bytes: usize| bytes.div_ceil(64 * HINT_STEP_LINES);
+        // One step per group of lines, one to move past each finished span.
+        assert_eq!(steps(&mut p), lines(3000) + lines(HINT_SPAN_BYTES) + 2);
+        assert_eq!(steps(&mut p), 0, "a hint is walked once");
+        drop((a, b));
+        // A new hint (here pointing at freed memory: prefetches never fault) restarts.
+        let pool = SpinPool::new(2);
+        pool.prefetch_hint(&[Span {
+            addr: 64,
+            len: 4096,
+        }]);
+        let sum = AtomicU64::new(0);
+        pool.run(8, &|i| {
+            sum.fetch_add(i as u64, Ordering::Relaxed);
+        });
+        assert_eq!(sum.load(Ordering::Relaxed), 28);
     }
 
     #[test]

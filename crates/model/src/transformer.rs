@@ -21,7 +21,7 @@ use lamina_gguf::Gguf;
 use lamina_kernels::attention::{AttnShape, KvRows, attention};
 use lamina_kernels::matmul::Scratch;
 use lamina_kernels::ops;
-use lamina_kernels::pool::{ThreadPool, rows2};
+use lamina_kernels::pool::{Span, ThreadPool, rows2};
 
 use crate::ModelError;
 use crate::hparams::{Arch, HParams, Window};
@@ -263,6 +263,7 @@ impl Model {
         }
         bufs.t = t;
         self.embed_tokens(bufs, tokens)?;
+        self.rope_tables(bufs, &pos[..t], pool);
         let causal = self.hp.causal;
         for il in 0..self.hp.n_layer {
             let window = self.hp.layer_window(il);
@@ -324,6 +325,7 @@ impl Model {
         }
         bufs.t = t;
         self.embed_tokens(bufs, tokens)?;
+        self.rope_tables(bufs, &pos[..t], pool);
         for il in 0..self.hp.n_layer {
             let window = self.hp.layer_window(il);
             // Query `i` sits at cache row `p0 + i`.
@@ -346,6 +348,27 @@ impl Model {
             logits.iter_mut().for_each(|l| *l = c * (*l / c).tanh());
         }
         Ok(())
+    }
+
+    /// The batch's RoPE tables (`b.rope`), once per forward instead of once
+    /// per layer and per Q and K: the same values, computed the same way.
+    fn rope_tables(&self, b: &mut Buffers, pos: &[usize], pool: &dyn ThreadPool) {
+        let hp = &self.hp;
+        let (t, rd) = (b.t, hp.rope_dims);
+        let factors = self.rope_freqs.as_deref();
+        let (global, swa) = b.rope[..2 * t * rd].split_at_mut(t * rd);
+        let swa = if hp.swa_layers.iter().any(|&s| s) {
+            swa
+        } else {
+            &mut []
+        };
+        rows2(pool, t, global, swa, &|i, g, w| {
+            for (cs, base) in [(g, hp.rope_base), (w, hp.rope_base_swa)] {
+                if !cs.is_empty() {
+                    ops::rope_table(pos[i], rd, base, hp.rope_freq_scale, factors, cs);
+                }
+            }
+        });
     }
 
     /// Final RMSNorm of every token, `x → xn`.
@@ -385,6 +408,11 @@ impl Model {
         rows2(pool, t, &mut b.xn[..t * d], &mut [], &|i, o, _| {
             ops::rms_norm_weighted(&x[i * d..(i + 1) * d], &l.attn_norm, eps, o)
         });
+        if let (1, Some(c)) = (t, cache.as_deref()) {
+            // Decoding: attention's reads are a few scattered KV rows, one DRAM
+            // miss after another unless idle threads fetch them during Q/K/V.
+            pool.prefetch_hint(&c.spans(il, pos[0]));
+        }
         let xn = &b.xn[..t * d];
         forward_many(
             [&l.wq, &l.wk, &l.wv],
@@ -396,33 +424,28 @@ impl Model {
             pool,
         )?;
 
-        let base = hp.layer_rope_base(il);
-        let factors = self.rope_freqs.as_deref();
+        let rd = hp.rope_dims;
+        let table = if hp.swa_layers[il] {
+            t * rd..2 * t * rd
+        } else {
+            0..t * rd
+        };
+        let rope = &b.rope[table];
         rows2(
             pool,
             t,
             &mut b.q[..t * qd],
             &mut b.k[..t * kvd],
             &|i, q, k| {
-                let p = pos[i];
                 if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
                     q.chunks_exact_mut(hd)
                         .for_each(|h| ops::rms_norm_weighted_in_place(h, qn, eps));
                     k.chunks_exact_mut(hd)
                         .for_each(|h| ops::rms_norm_weighted_in_place(h, kn, eps));
                 }
-                for x in [q, k] {
-                    ops::rope_scaled(
-                        x,
-                        hd,
-                        hp.rope_dims,
-                        p,
-                        base,
-                        hp.rope_freq_scale,
-                        factors,
-                        hp.rope_layout,
-                    );
-                }
+                let cs = &rope[i * rd..(i + 1) * rd];
+                ops::rope_apply(q, hd, cs, hp.rope_layout);
+                ops::rope_apply(k, hd, cs, hp.rope_layout);
             },
         );
 
@@ -539,6 +562,10 @@ pub struct Buffers {
     o: Vec<f32>,
     gate: Vec<f32>,
     up: Vec<f32>,
+    /// RoPE `(cos, sin)` tables of the batch's positions ([`ops::rope_table`]):
+    /// `T × rope_dims` for the global base, then as many for the sliding-window
+    /// layers' base where the model has such layers.
+    rope: Vec<f32>,
     scratch: Scratch,
 }
 
@@ -576,6 +603,7 @@ impl Workspace {
         grow(&mut b.v, tokens * hp.kv_dim());
         grow(&mut b.gate, tokens * hp.n_ff);
         grow(&mut b.up, tokens * hp.n_ff);
+        grow(&mut b.rope, 2 * tokens * hp.rope_dims);
         self.pos.resize(tokens.max(self.pos.len()), 0);
         self.seq.resize(tokens.max(self.seq.len()), (0, 0));
         // Quantized activations of the widest input; F32 (4 bytes a value) is the worst case.
@@ -654,6 +682,16 @@ impl KvCache {
                 KvBuf::F32(d) => d[at..at + src.len()].copy_from_slice(src),
             }
         }
+    }
+
+    /// The memory of layer `il`'s first `n` key and value rows.
+    fn spans(&self, il: usize, n: usize) -> [Span; 2] {
+        let m = n * self.kv_dim;
+        let (k, v) = &self.layers[il];
+        [k, v].map(|b| match b {
+            KvBuf::F16(d) => Span::of(&d[..m]),
+            KvBuf::F32(d) => Span::of(&d[..m]),
+        })
     }
 
     fn rows(&self, il: usize, n: usize) -> (KvRows<'_>, KvRows<'_>) {
