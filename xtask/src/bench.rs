@@ -1105,6 +1105,8 @@ pub(crate) struct LaminaGenerate {
     /// measured around the tg runs (absent without tg runs).
     pub weight_bytes_per_token: Option<f64>,
     pub memory_bandwidth_gb_s: Option<f64>,
+    /// A cache line's round trip between two threads, measured after the tg runs.
+    pub core_round_trip_ns: Option<f64>,
 }
 
 pub(crate) fn parse_lamina_generate(v: &Value) -> Result<LaminaGenerate> {
@@ -1115,6 +1117,7 @@ pub(crate) fn parse_lamina_generate(v: &Value) -> Result<LaminaGenerate> {
         tg_samples: f64s(&v["tg_samples"]),
         weight_bytes_per_token: v["weight_bytes_per_token"].as_f64(),
         memory_bandwidth_gb_s: v["memory_bandwidth_gb_s"].as_f64(),
+        core_round_trip_ns: v["core_round_trip_ns"].as_f64(),
     })
 }
 
@@ -1206,6 +1209,7 @@ fn generate(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
                 tg_samples: tg.tg_samples,
                 weight_bytes_per_token: tg.weight_bytes_per_token,
                 memory_bandwidth_gb_s: tg.memory_bandwidth_gb_s,
+                core_round_trip_ns: tg.core_round_trip_ns,
                 ..pp
             })
         });
@@ -1261,14 +1265,19 @@ fn generate(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
         if let Ok(LaminaGenerate {
             weight_bytes_per_token: Some(bytes),
             memory_bandwidth_gb_s: Some(bw),
+            core_round_trip_ns,
             ..
         }) = &ours
         {
+            // The threads' round trip, which every parallel region pays, beside
+            // the bandwidth: on a shared VM the two move independently.
+            let trip =
+                core_round_trip_ns.map_or(String::new(), |ns| format!("; round trip {ns:.0} ns"));
             let cell = |tok_s: f64| {
                 let gbs = bytes * tok_s / 1e9;
                 Cell::new(
                     gbs,
-                    format!("{gbs:.1} GB/s ({:.0} % of {bw:.1})", 100.0 * gbs / bw),
+                    format!("{gbs:.1} GB/s ({:.0} % of {bw:.1}{trip})", 100.0 * gbs / bw),
                 )
             };
             let o = ours.as_ref().expect("Ok above");
@@ -1288,7 +1297,8 @@ fn generate(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
                 "lamina": ours.as_ref().map(|o| json!({"pp_tokens_per_s": o.pp_tokens_per_s, "tg_tokens_per_s": o.tg_tokens_per_s,
                                                        "pp_samples": o.pp_samples, "tg_samples": o.tg_samples,
                                                        "weight_bytes_per_token": o.weight_bytes_per_token,
-                                                       "memory_bandwidth_gb_s": o.memory_bandwidth_gb_s}))
+                                                       "memory_bandwidth_gb_s": o.memory_bandwidth_gb_s,
+                                                       "core_round_trip_ns": o.core_round_trip_ns}))
                               .unwrap_or_else(|e| json!({"unavailable": e})),
                 "llama_cpp": tests.iter().map(|x| json!({"n_prompt": x.n_prompt, "n_gen": x.n_gen, "samples_ts": x.samples_ts, "samples_ns": x.samples_ns})).collect::<Vec<_>>(),
                 "lamina_command": format!("lamina bench generate --json --pp 512 --tg 0 -t {t} --runs {reps} -m MODEL; lamina bench generate --json --pp 1 --tg {tg} -t {t} --runs {reps} -m MODEL"),
@@ -1503,10 +1513,11 @@ mod tests {
         assert_eq!(g.tg_samples.len(), 2);
         assert_eq!(g.memory_bandwidth_gb_s, None);
         let g = parse_lamina_generate(&json!({"pp_tokens_per_s": 1.0, "tg_tokens_per_s": 2.0,
-            "weight_bytes_per_token": 1.5e8, "memory_bandwidth_gb_s": 45.5}))
+            "weight_bytes_per_token": 1.5e8, "memory_bandwidth_gb_s": 45.5, "core_round_trip_ns": 83.0}))
         .unwrap();
         assert_eq!(g.weight_bytes_per_token, Some(1.5e8));
         assert_eq!(g.memory_bandwidth_gb_s, Some(45.5));
+        assert_eq!(g.core_round_trip_ns, Some(83.0));
         assert!(parse_lamina_generate(&json!({"pp_tokens_per_s": 1.0})).is_err());
         assert!(is_missing_subcommand(
             "error: unrecognized subcommand 'generate'\n"

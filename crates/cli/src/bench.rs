@@ -212,6 +212,9 @@ fn generate(a: GenerateArgs) -> Result<()> {
     };
     let (pp, tg) = (median(&pp_s), median(&tg_s));
     let bandwidth = bw_before.and_then(|before| probe().map(|after| before.max(after)));
+    // Each parallel region pays it: it explains runs whose share drops while
+    // the bandwidth rises (the vCPUs moved further apart).
+    let round_trip = (a.tg > 0).then(|| lamina_kernels::probe::core_round_trip_ns(20_000));
     let bytes = model.weight_bytes_per_token();
     let tg_gbs = bytes as f64 * tg / 1e9;
     if a.json {
@@ -223,7 +226,8 @@ fn generate(a: GenerateArgs) -> Result<()> {
                    "pp_samples": pp_s, "tg_samples": tg_s,
                    "weight_bytes_per_token": bytes,
                    "memory_bandwidth_gb_s": bandwidth,
-                   "tg_gb_s": bandwidth.map(|_| tg_gbs)})
+                   "tg_gb_s": bandwidth.map(|_| tg_gbs),
+                   "core_round_trip_ns": round_trip})
         );
     } else {
         let share = bandwidth.map_or(String::new(), |bw| {
@@ -232,6 +236,10 @@ fn generate(a: GenerateArgs) -> Result<()> {
                 100.0 * tg_gbs / bw
             )
         });
+        let share = match round_trip {
+            Some(ns) => format!("{share}; core-to-core round trip {ns:.0} ns"),
+            None => share,
+        };
         println!(
             "{}: pp{} {pp:.1} tokens/s, tg{} {tg:.1} tokens/s ({} threads, {:?}{share})",
             path.display(),

@@ -1,6 +1,10 @@
 //! This machine's memory bandwidth, the limit single-token matmuls (and so
 //! token generation) are judged against: a STREAM-like read of a buffer far
-//! larger than any L3, on every thread of a pool.
+//! larger than any L3, on every thread of a pool. And the round trip of a
+//! cache line between two threads, which every parallel region pays: on a
+//! shared VM it swings tenfold (40-450 ns on one Zen 5 host, as the vCPUs
+//! land on one core's siblings, one CCX or two), and with it the fixed
+//! per-token cost of decoding.
 
 use std::time::Instant;
 
@@ -44,6 +48,37 @@ fn read_bandwidth(pool: &dyn ThreadPool, bytes: usize, passes: usize) -> std::io
     Ok((0..passes.max(1)).map(|_| pass()).fold(0.0, f64::max))
 }
 
+/// Nanoseconds for a value to go from this thread to a second one and back
+/// (the mean of `trips` round trips, after as many to warm up).
+pub fn core_round_trip_ns(trips: usize) -> f64 {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let ball = AtomicUsize::new(0);
+    let trips = trips.max(1);
+    // Odd values go out, even ones come back.
+    let bounce = |from: usize, to: usize| {
+        for i in from..to {
+            ball.store(2 * i + 1, Ordering::Release);
+            while ball.load(Ordering::Acquire) != 2 * i + 2 {
+                std::hint::spin_loop();
+            }
+        }
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..2 * trips {
+                while ball.load(Ordering::Acquire) != 2 * i + 1 {
+                    std::hint::spin_loop();
+                }
+                ball.store(2 * i + 2, Ordering::Release);
+            }
+        });
+        bounce(0, trips);
+        let t = Instant::now();
+        bounce(trips, 2 * trips);
+        t.elapsed().as_secs_f64() * 1e9 / trips as f64
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -56,5 +91,11 @@ mod tests {
             let gbs = read_bandwidth(pool, 16 << 20, 2).unwrap();
             assert!(gbs.is_finite() && gbs > 0.0, "{gbs}");
         }
+    }
+
+    #[test]
+    fn round_trip_is_a_positive_time() {
+        let ns = core_round_trip_ns(if cfg!(miri) { 10 } else { 1000 });
+        assert!(ns.is_finite() && ns > 0.0, "{ns}");
     }
 }
