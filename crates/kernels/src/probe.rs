@@ -54,21 +54,29 @@ pub fn core_round_trip_ns(trips: usize) -> f64 {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let ball = AtomicUsize::new(0);
     let trips = trips.max(1);
+    // Spins, yielding now and then: on a single CPU the other thread needs it.
+    let wait_for = |ball: &AtomicUsize, value: usize| {
+        let mut spins = 0u32;
+        while ball.load(Ordering::Acquire) != value {
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(1 << 10) {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    };
     // Odd values go out, even ones come back.
     let bounce = |from: usize, to: usize| {
         for i in from..to {
             ball.store(2 * i + 1, Ordering::Release);
-            while ball.load(Ordering::Acquire) != 2 * i + 2 {
-                std::hint::spin_loop();
-            }
+            wait_for(&ball, 2 * i + 2);
         }
     };
     std::thread::scope(|s| {
         s.spawn(|| {
             for i in 0..2 * trips {
-                while ball.load(Ordering::Acquire) != 2 * i + 1 {
-                    std::hint::spin_loop();
-                }
+                wait_for(&ball, 2 * i + 1);
                 ball.store(2 * i + 2, Ordering::Release);
             }
         });

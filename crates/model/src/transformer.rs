@@ -590,7 +590,12 @@ impl Workspace {
     /// Grows (never shrinks) the buffers for `tokens`; allocates only when growing.
     pub fn ensure(&mut self, hp: &HParams, tokens: usize) {
         let b = &mut self.bufs;
-        if b.x.len() >= tokens * hp.n_embd && b.gate.len() >= tokens * hp.n_ff {
+        if b.x.len() >= tokens * hp.n_embd
+            && b.gate.len() >= tokens * hp.n_ff
+            && b.q.len() >= tokens * hp.q_dim()
+            && b.k.len() >= tokens * hp.kv_dim()
+            && b.rope.len() >= 2 * tokens * hp.rope_dims
+        {
             return;
         }
         let grow = |v: &mut Vec<f32>, n: usize| v.resize(n.max(v.len()), 0.0);
