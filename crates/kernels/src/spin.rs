@@ -4,11 +4,20 @@
 //! regions instead of being woken through the OS each time, and park after
 //! [`SPIN_ITERS`] idle spins so an idle pool costs no CPU.
 //!
-//! The caller thread works too: `run` publishes the job, takes task indices
-//! from the same atomic counter as the workers, and returns once every task
-//! ran and every worker that joined the job has left it (a worker that was
-//! descheduled and never joined is not waited for). Concurrent `run` calls on one
-//! pool are serialized; `run` allocates nothing.
+//! A region's tasks are split into one contiguous range per thread (the
+//! caller is thread 0), each with its own cursor on a cache line of its own:
+//! a thread claims its own tasks from the front of its range without
+//! touching a line another core holds, then takes what is left of the
+//! others' ranges from their backs (so their streams of rows run on). The
+//! caller returns once every range is exhausted and every worker that joined
+//! the region has left it (a worker that was descheduled and never joined is
+//! not waited for). Decoding runs five regions a layer, so what a region
+//! costs beyond its work is paid 150 times a token: here about one
+//! cache-line transfer to start a worker and one to learn it is done, where
+//! a shared task counter had moved a line between the cores for every claim
+//! and every completion (an empty region cost seven round trips, up to 3 µs
+//! when the two vCPUs sat far apart). Concurrent `run` calls on one pool are
+//! serialized; `run` allocates nothing.
 //!
 //! Threads with nothing to do prefetch the memory of the latest
 //! [`ThreadPool::prefetch_hint`] (decoding names the layer's KV-cache rows
@@ -16,7 +25,7 @@
 //! waiting on one DRAM miss after another).
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
@@ -27,20 +36,39 @@ const SPIN_ITERS: u32 = 1 << 16;
 
 type Job = *const (dyn Fn(usize) + Sync);
 
-struct Shared {
+/// What the caller publishes and the workers only read, on lines of its own
+/// (one transfer per worker per region).
+#[repr(align(128))]
+struct Control {
     /// The current job; written only by the caller holding `run_lock`, before
     /// `generation` is bumped, and read by workers after they observe the bump.
     job: UnsafeCell<Option<Job>>,
     n_tasks: AtomicUsize,
-    next: AtomicUsize,
-    done: AtomicUsize,
-    /// Workers inside the current job (between joining and leaving it).
-    active: AtomicUsize,
     /// Whether the current job still accepts workers.
     open: AtomicBool,
     generation: AtomicUsize,
+}
+
+/// One thread's range of the current job, on lines of its own.
+#[repr(align(128))]
+struct Slot {
+    /// See [`cursor`]: the generation that last touched it and the range's
+    /// unclaimed tasks. Every run tags every cursor before it ends, so one
+    /// tagged in an earlier run never passes for the current one.
+    cursor: AtomicU64,
+    /// The generation this worker is inside, or 0 (unused for the caller's).
+    /// On the cursor's line: the store that enters pays the line's transfer
+    /// back from the caller, and the claims after it find it here.
+    inside: AtomicUsize,
+}
+
+struct Shared {
+    control: Control,
+    slots: Box<[Slot]>,
     stop: AtomicBool,
-    sleepers: Mutex<usize>,
+    /// Workers parked (or about to park) on `wake`; also counted under `park`.
+    sleeping: AtomicUsize,
+    park: Mutex<()>,
     wake: Condvar,
     hint: Hint,
 }
@@ -61,6 +89,13 @@ struct Hint {
 }
 
 impl Hint {
+    fn new() -> Hint {
+        Hint {
+            seq: AtomicUsize::new(0),
+            spans: std::array::from_fn(|_| (AtomicUsize::new(0), AtomicUsize::new(0))),
+        }
+    }
+
     fn set(&self, spans: &[Span]) {
         self.seq.fetch_add(1, Ordering::Relaxed);
         std::sync::atomic::fence(Ordering::Release);
@@ -149,28 +184,32 @@ impl std::fmt::Debug for SpinPool {
 impl SpinPool {
     /// A pool running tasks on `threads` threads in all (at least 1).
     pub fn new(threads: usize) -> SpinPool {
+        let threads = threads.max(1);
         let shared = Arc::new(Shared {
-            job: UnsafeCell::new(None),
-            n_tasks: AtomicUsize::new(0),
-            next: AtomicUsize::new(0),
-            done: AtomicUsize::new(0),
-            active: AtomicUsize::new(0),
-            open: AtomicBool::new(false),
-            generation: AtomicUsize::new(0),
-            stop: AtomicBool::new(false),
-            sleepers: Mutex::new(0),
-            wake: Condvar::new(),
-            hint: Hint {
-                seq: AtomicUsize::new(0),
-                spans: std::array::from_fn(|_| (AtomicUsize::new(0), AtomicUsize::new(0))),
+            control: Control {
+                job: UnsafeCell::new(None),
+                n_tasks: AtomicUsize::new(0),
+                open: AtomicBool::new(false),
+                generation: AtomicUsize::new(0),
             },
+            slots: (0..threads)
+                .map(|_| Slot {
+                    cursor: AtomicU64::new(0),
+                    inside: AtomicUsize::new(0),
+                })
+                .collect(),
+            stop: AtomicBool::new(false),
+            sleeping: AtomicUsize::new(0),
+            park: Mutex::new(()),
+            wake: Condvar::new(),
+            hint: Hint::new(),
         });
-        let workers = (1..threads.max(1))
+        let workers = (1..threads)
             .map(|i| {
                 let s = Arc::clone(&shared);
                 std::thread::Builder::new()
                     .name(format!("lamina-worker-{i}"))
-                    .spawn(move || worker(&s, 0))
+                    .spawn(move || worker(&s, i))
                     .expect("spawning a worker thread")
             })
             .collect();
@@ -182,27 +221,87 @@ impl SpinPool {
     }
 }
 
-/// Runs tasks of the current job until none are left.
-fn drain(s: &Shared, job: &(dyn Fn(usize) + Sync)) {
-    let n = s.n_tasks.load(Ordering::Acquire);
+/// Thread `j`'s range of `n` tasks.
+fn range(j: usize, threads: usize, n: usize) -> (usize, usize) {
+    (j * n / threads, (j + 1) * n / threads)
+}
+
+/// Bits of a cursor's task indices (each of its front and back).
+const INDEX_BITS: u32 = 20;
+/// Most tasks one region takes (more are run as several regions).
+const MAX_TASKS: usize = (1 << INDEX_BITS) - 1;
+const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
+/// A cursor's bits that are not its generation tag.
+const TAG_MASK: u64 = !((1 << (2 * INDEX_BITS)) - 1);
+
+/// A cursor word: the generation's low 24 bits, then the range's unclaimed
+/// tasks `[front, back)`.
+fn cursor(g: usize, front: usize, back: usize) -> u64 {
+    (g as u64) << (2 * INDEX_BITS) | (front as u64) << INDEX_BITS | back as u64
+}
+
+/// Claims a task of `slot`'s range `[begin, end)` in generation `g`: its
+/// first unclaimed one for the owner, its last for a thief (so the owner's
+/// stream of rows runs on undisturbed); with whether it was the range's
+/// last. Tags the cursor with `g` even when nothing is left.
+fn claim(slot: &Slot, g: usize, begin: usize, end: usize, owner: bool) -> Option<(usize, bool)> {
+    let tag = cursor(g, 0, 0);
+    let mut v = slot.cursor.load(Ordering::Acquire);
     loop {
-        let i = s.next.fetch_add(1, Ordering::AcqRel);
-        if i >= n {
-            break;
+        let current = v & TAG_MASK == tag;
+        let (front, back) = if current {
+            (
+                (v >> INDEX_BITS & INDEX_MASK) as usize,
+                (v & INDEX_MASK) as usize,
+            )
+        } else {
+            (begin, end)
+        };
+        let (task, after) = match (front < back, owner) {
+            (false, _) if current => return None,
+            (false, _) => (None, cursor(g, back, back)),
+            (true, true) => (Some(front), cursor(g, front + 1, back)),
+            (true, false) => (Some(back - 1), cursor(g, front, back - 1)),
+        };
+        match slot
+            .cursor
+            .compare_exchange_weak(v, after, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => return task.map(|i| (i, back - front == 1)),
+            Err(now) => v = now,
         }
-        job(i);
-        s.done.fetch_add(1, Ordering::AcqRel);
     }
 }
 
-/// `seen` is the generation at spawn time (0): a worker that starts late still
-/// takes the job published before it ran.
-fn worker(s: &Shared, mut seen: usize) {
+/// Runs tasks of generation `g`'s job (`n` tasks) as thread `j`: its own
+/// range first, then what the other threads have not claimed of theirs.
+fn drain(s: &Shared, job: &(dyn Fn(usize) + Sync), j: usize, g: usize, n: usize) {
+    let threads = s.slots.len();
+    for k in 0..threads {
+        let r = (j + k) % threads;
+        let (begin, end) = range(r, threads, n);
+        while let Some((i, last)) = claim(&s.slots[r], g, begin, end, k == 0) {
+            job(i);
+            if last {
+                // Looking again would only pull the cursor's line back.
+                break;
+            }
+        }
+    }
+}
+
+/// Worker `j`'s loop (`j >= 1`; the caller is thread 0). It starts at
+/// generation 0, so one that starts late still takes the job published
+/// before it ran.
+fn worker(s: &Shared, j: usize) {
+    let c = &s.control;
+    let slot = &s.slots[j];
+    let mut seen = 0;
     let mut prefetcher = Prefetcher::new();
     loop {
         let mut spins = 0u32;
         let g = loop {
-            let g = s.generation.load(Ordering::Acquire);
+            let g = c.generation.load(Ordering::Acquire);
             if g != seen || s.stop.load(Ordering::Acquire) {
                 break g;
             }
@@ -213,14 +312,15 @@ fn worker(s: &Shared, mut seen: usize) {
                 spins += 1;
                 std::hint::spin_loop();
             } else {
-                let mut sleepers = s.sleepers.lock().unwrap_or_else(|e| e.into_inner());
-                *sleepers += 1;
-                while s.generation.load(Ordering::Acquire) == seen
-                    && !s.stop.load(Ordering::Acquire)
+                let mut guard = s.park.lock().unwrap_or_else(|e| e.into_inner());
+                // Counted before the last check (SeqCst on both sides): either this
+                // worker sees the new generation or the caller sees it sleeping.
+                s.sleeping.fetch_add(1, Ordering::SeqCst);
+                while c.generation.load(Ordering::SeqCst) == seen && !s.stop.load(Ordering::SeqCst)
                 {
-                    sleepers = s.wake.wait(sleepers).unwrap_or_else(|e| e.into_inner());
+                    guard = s.wake.wait(guard).unwrap_or_else(|e| e.into_inner());
                 }
-                *sleepers -= 1;
+                s.sleeping.fetch_sub(1, Ordering::SeqCst);
                 spins = 0;
             }
         };
@@ -228,19 +328,21 @@ fn worker(s: &Shared, mut seen: usize) {
             return;
         }
         seen = g;
-        // Join, then check the job is still open: with SeqCst on both sides, either the
-        // caller sees this worker in `active` (and waits for it) or this worker sees the
-        // job closed (and leaves without touching it) — the Dekker pattern.
-        s.active.fetch_add(1, Ordering::SeqCst);
-        if s.open.load(Ordering::SeqCst) && s.generation.load(Ordering::SeqCst) == g {
+        // Enter, then check the job is still open: with SeqCst on both sides, either the
+        // caller sees this worker inside (and waits for it) or this worker sees the job
+        // closed (and leaves without touching it) — the Dekker pattern.
+        slot.inside.store(g, Ordering::SeqCst);
+        if c.open.load(Ordering::SeqCst) && c.generation.load(Ordering::SeqCst) == g {
             // SAFETY: the job is open, so the caller has not returned: it waits for
-            // `active` to drop to zero before clearing `job` and releasing the closure.
-            if let Some(job) = unsafe { *s.job.get() } {
+            // `inside` to leave `g` before clearing `job` and releasing the closure.
+            if let Some(job) = unsafe { *c.job.get() } {
+                let n = c.n_tasks.load(Ordering::Acquire);
                 // SAFETY: as above: the closure outlives this use.
-                drain(s, unsafe { &*job });
+                drain(s, unsafe { &*job }, j, g, n);
             }
         }
-        s.active.fetch_sub(1, Ordering::SeqCst);
+        // Release: the caller reading 0 sees every task this worker ran.
+        slot.inside.store(0, Ordering::Release);
     }
 }
 
@@ -254,10 +356,18 @@ impl ThreadPool for SpinPool {
             (0..n_tasks).for_each(f);
             return;
         }
+        if n_tasks > MAX_TASKS {
+            // Cursors hold task indices in `INDEX_BITS`.
+            for base in (0..n_tasks).step_by(MAX_TASKS) {
+                self.run(MAX_TASKS.min(n_tasks - base), &|i| f(base + i));
+            }
+            return;
+        }
         let mut prefetcher = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
         let s = &*self.shared;
+        let c = &s.control;
         // Erase the closure's lifetime: workers use it only while the job is open or
-        // they are counted in `active`, and this function waits out both before returning.
+        // they are inside it, and this function waits out both before returning.
         // SAFETY: only the lifetime changes (same fat-pointer layout); see above for why
         // the pointer is never used after `f`'s borrow ends.
         let job: Job = unsafe {
@@ -265,19 +375,27 @@ impl ThreadPool for SpinPool {
         };
         // SAFETY: no worker reads `job` now: the previous job was closed with no worker
         // inside (waited for below), and none reads it before the bump that follows.
-        unsafe { *s.job.get() = Some(job) };
-        s.n_tasks.store(n_tasks, Ordering::Release);
-        s.next.store(0, Ordering::Release);
-        s.done.store(0, Ordering::Release);
-        s.open.store(true, Ordering::SeqCst);
-        s.generation.fetch_add(1, Ordering::SeqCst);
-        if *s.sleepers.lock().unwrap_or_else(|e| e.into_inner()) > 0 {
+        unsafe { *c.job.get() = Some(job) };
+        c.n_tasks.store(n_tasks, Ordering::Release);
+        c.open.store(true, Ordering::SeqCst);
+        // Generation 0 is "none yet" (a fresh worker's `seen`) and `inside`'s
+        // "outside": skip it when the counter wraps.
+        let mut g = c.generation.load(Ordering::Relaxed).wrapping_add(1);
+        if g == 0 {
+            g = 1;
+        }
+        c.generation.store(g, Ordering::SeqCst);
+        if s.sleeping.load(Ordering::SeqCst) > 0 {
+            let _guard = s.park.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
         }
-        drain(s, f);
+        drain(s, f, 0, g, n_tasks);
+        // Every task is claimed; then no worker may enter any more, and those inside
+        // finish their last task and leave.
+        c.open.store(false, Ordering::SeqCst);
         let mut spins = 0u32;
-        let mut wait = |cond: &dyn Fn() -> bool| {
-            while !cond() {
+        for slot in &s.slots[1..] {
+            while slot.inside.load(Ordering::SeqCst) == g {
                 if prefetcher.step(&s.hint) {
                     continue;
                 }
@@ -290,14 +408,10 @@ impl ThreadPool for SpinPool {
                     std::hint::spin_loop();
                 }
             }
-        };
-        // Every task ran; then no worker may join any more, and those inside leave.
-        wait(&|| s.done.load(Ordering::Acquire) >= n_tasks);
-        s.open.store(false, Ordering::SeqCst);
-        wait(&|| s.active.load(Ordering::SeqCst) == 0);
+        }
         // SAFETY: the job is closed and no worker is inside it; none reads `job` before
         // the next generation is published.
-        unsafe { *s.job.get() = None };
+        unsafe { *c.job.get() = None };
     }
 
     fn prefetch_hint(&self, spans: &[Span]) {
@@ -307,13 +421,9 @@ impl ThreadPool for SpinPool {
 
 impl Drop for SpinPool {
     fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
+        self.shared.stop.store(true, Ordering::SeqCst);
         {
-            let _sleepers = self
-                .shared
-                .sleepers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
+            let _guard = self.shared.park.lock().unwrap_or_else(|e| e.into_inner());
             self.shared.wake.notify_all();
         }
         for w in self.workers.drain(..) {
@@ -345,11 +455,58 @@ mod tests {
     }
 
     #[test]
-    fn prefetcher_walks_each_span_up_to_its_cap_then_stops() {
-        let hint = Hint {
-            seq: AtomicUsize::new(0),
-            spans: std::array::from_fn(|_| (AtomicUsize::new(0), AtomicUsize::new(0))),
+    fn threads_take_what_others_leave_and_every_cursor_gets_tagged() {
+        // One thread's range is slow: the others must finish it from its back,
+        // and every task still runs once, run after run (stale cursors from the
+        // run before never pass for the current one).
+        let pool = SpinPool::new(3);
+        for round in 0..200usize {
+            let n = 2 + round % 13;
+            let hits: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
+            pool.run(n, &|i| {
+                if i < n / 3 {
+                    std::hint::black_box((0..2000).sum::<u64>());
+                }
+                hits[i].fetch_add(1, Ordering::Relaxed);
+            });
+            assert!(
+                hits.iter().all(|h| h.load(Ordering::Relaxed) == 1),
+                "round {round}"
+            );
+        }
+        // Owners claim from the front, thieves from the back, and a claim says
+        // whether it emptied the range.
+        let slot = Slot {
+            cursor: AtomicU64::new(cursor(6, 3, 3)),
+            inside: AtomicUsize::new(0),
         };
+        assert_eq!(claim(&slot, 7, 10, 14, true), Some((10, false)));
+        assert_eq!(claim(&slot, 7, 10, 14, false), Some((13, false)));
+        assert_eq!(claim(&slot, 7, 10, 14, false), Some((12, false)));
+        assert_eq!(claim(&slot, 7, 10, 14, true), Some((11, true)));
+        assert_eq!(claim(&slot, 7, 10, 14, true), None);
+        // An empty range is tagged too.
+        assert_eq!(claim(&slot, 8, 5, 5, false), None);
+        assert_eq!(slot.cursor.load(Ordering::Relaxed), cursor(8, 5, 5));
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "a million tasks")]
+    fn regions_past_the_cursor_width_run_in_parts() {
+        let pool = SpinPool::new(2);
+        let n = MAX_TASKS + 5;
+        let hits: Vec<std::sync::atomic::AtomicU8> = (0..n)
+            .map(|_| std::sync::atomic::AtomicU8::new(0))
+            .collect();
+        pool.run(n, &|i| {
+            hits[i].fetch_add(1, Ordering::Relaxed);
+        });
+        assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+    }
+
+    #[test]
+    fn prefetcher_walks_each_span_up_to_its_cap_then_stops() {
+        let hint = Hint::new();
         let steps = |p: &mut Prefetcher| std::iter::from_fn(|| p.step(&hint).then_some(())).count();
         let mut p = Prefetcher::new();
         assert_eq!(steps(&mut p), 0, "no hint yet");
