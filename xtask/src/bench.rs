@@ -17,6 +17,10 @@
 //!   read (the model's weight bytes per token × tokens/s) against the memory
 //!   bandwidth lamina's run measured before and after its tg runs
 //!   (`lamina_kernels::probe`'s read of 1 GiB, the better of the two).
+//!   lamina reads the model into memory (`--no-mmap`): its weights then lie
+//!   on 2 MiB pages as the probe's buffer does, whatever pages the file's
+//!   page cache holds (a file written by `cargo xtask models` and mapped
+//!   since stays in 4 KiB pages, 5-10 % slower to stream).
 //! * `kernels` — `cargo bench -p lamina-kernels`, passed through.
 //! * `serve` — `lamina serve` under load from `--clients` concurrent clients
 //!   for `--secs` seconds (see [`crate::serve`]); not part of `all`.
@@ -1172,7 +1176,16 @@ fn generate(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
         type Run = std::result::Result<(LaminaGenerate, Option<String>), String>;
         let run_lamina = |pp: &str, n: &str| -> Run {
             let out = Command::new(&lamina)
-                .args(["bench", "generate", "--json", "--pp", pp, "--tg", n])
+                .args([
+                    "bench",
+                    "generate",
+                    "--json",
+                    "--no-mmap",
+                    "--pp",
+                    pp,
+                    "--tg",
+                    n,
+                ])
                 .args(["-t", &t, "--runs", &reps, "-m"])
                 .arg(&model)
                 .stdin(Stdio::null())
@@ -1301,7 +1314,7 @@ fn generate(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
                                                        "core_round_trip_ns": o.core_round_trip_ns}))
                               .unwrap_or_else(|e| json!({"unavailable": e})),
                 "llama_cpp": tests.iter().map(|x| json!({"n_prompt": x.n_prompt, "n_gen": x.n_gen, "samples_ts": x.samples_ts, "samples_ns": x.samples_ns})).collect::<Vec<_>>(),
-                "lamina_command": format!("lamina bench generate --json --pp 512 --tg 0 -t {t} --runs {reps} -m MODEL; lamina bench generate --json --pp 1 --tg {tg} -t {t} --runs {reps} -m MODEL"),
+                "lamina_command": format!("lamina bench generate --json --no-mmap --pp 512 --tg 0 -t {t} --runs {reps} -m MODEL; lamina bench generate --json --no-mmap --pp 1 --tg {tg} -t {t} --runs {reps} -m MODEL"),
                 "llama_cpp_command": format!("llama-bench -m MODEL -p 512 -n {tg} -t {t} -r {reps} -o json"),
             }),
         );

@@ -37,6 +37,13 @@ pub struct ModelArgs {
     /// Prompt tokens per forward pass.
     #[arg(long, default_value_t = DEFAULT_BATCH)]
     pub batch: usize,
+    /// Read the model file into memory (on 2 MiB pages where the OS offers
+    /// them) instead of mapping it: generation streams every weight once a
+    /// token, and a file whose page cache holds 4 KiB pages (one written or
+    /// read before it was mapped) makes it a few % slower. Costs the model's
+    /// size in memory and a read at start.
+    #[arg(long)]
+    pub no_mmap: bool,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -116,7 +123,12 @@ impl ModelArgs {
         let pool = thread_pool(self.threads)?;
         let path = models::resolve(&self.model)?;
         let t0 = Instant::now();
-        let model = Model::open(&path).with_context(|| format!("loading {}", path.display()))?;
+        let model = if self.no_mmap {
+            Model::read(&path)
+        } else {
+            Model::open(&path)
+        }
+        .with_context(|| format!("loading {}", path.display()))?;
         if !model.has_lm_head() {
             bail!(
                 "{} is an embedding model ({}): use `lamina embed`",

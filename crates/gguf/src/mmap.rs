@@ -24,3 +24,25 @@ pub fn map_read_only(path: &Path) -> io::Result<memmap2::Mmap> {
     let _ = map.advise(memmap2::Advice::HugePage);
     Ok(map)
 }
+
+/// Reads a whole file into anonymous memory advised into 2 MiB pages, as a
+/// read-only [`memmap2::Mmap`]. The advice above takes only where the page
+/// cache reads the file in fresh: a file written or read before (just
+/// downloaded, say) stays in 4 KiB pages however it is mapped, and token
+/// generation, which streams every weight once a token, then pays a TLB
+/// walk every 4 KiB. A copy costs the file's size in anonymous memory and
+/// one read at start.
+pub fn read_into_memory(path: &Path) -> io::Result<memmap2::Mmap> {
+    use std::io::Read;
+    let mut file = File::open(path)?;
+    let len = usize::try_from(file.metadata()?.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "file larger than memory"))?;
+    if len == 0 {
+        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "empty file"));
+    }
+    let mut map = memmap2::MmapMut::map_anon(len)?;
+    #[cfg(target_os = "linux")]
+    let _ = map.advise(memmap2::Advice::HugePage);
+    file.read_exact(&mut map)?;
+    map.make_read_only()
+}

@@ -224,6 +224,17 @@ impl Gguf<memmap2::Mmap> {
         })?;
         Gguf::from_bytes(map)
     }
+
+    /// Reads and parses a file held in anonymous memory on 2 MiB pages
+    /// ([`crate::read_into_memory`]) instead of mapping it.
+    pub fn read(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let map = crate::mmap::read_into_memory(path).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Gguf::from_bytes(map)
+    }
 }
 
 impl<D: AsRef<[u8]>> Gguf<D> {

@@ -254,3 +254,26 @@ fn every_truncation_is_an_error() {
         );
     }
 }
+
+#[test]
+fn a_file_read_into_memory_parses_as_the_mapped_one() {
+    let mut b = GgufBuilder::new();
+    b.set("general.architecture", OwnedValue::string("llama"))
+        .unwrap();
+    b.add_tensor("t", GgmlType::F32, &[4]).unwrap();
+    let bytes = write(b, &[vec![9u8; 16]]);
+    let dir = std::env::temp_dir().join(format!("lamina-gguf-read-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("t.gguf");
+    std::fs::write(&path, &bytes).unwrap();
+    let read = Gguf::read(&path).unwrap();
+    let mapped = Gguf::open(&path).unwrap();
+    assert_eq!(read.tensor_by_name("t").unwrap().1, &[9u8; 16][..]);
+    assert_eq!(read.as_bytes(), mapped.as_bytes());
+    // Empty and missing files are errors naming the path, not panics.
+    std::fs::write(&path, b"").unwrap();
+    let err = Gguf::read(&path).unwrap_err().to_string();
+    assert!(err.contains("t.gguf"), "{err}");
+    assert!(Gguf::read(dir.join("missing.gguf")).is_err());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -82,6 +82,14 @@ impl Model {
         Model::load(Gguf::open(path)?)
     }
 
+    /// [`Model::open`], but with the file read into anonymous memory on
+    /// 2 MiB pages ([`Gguf::read`]) instead of mapped: decoding, which
+    /// streams every weight once a token, then runs at the same speed
+    /// whatever pages the file's page cache happens to hold.
+    pub fn read(path: impl AsRef<std::path::Path>) -> Result<Model, ModelError> {
+        Model::load(Gguf::read(path)?)
+    }
+
     pub fn load(file: Gguf) -> Result<Model, ModelError> {
         let hp = HParams::from_gguf(&file)?;
         let ld = Loader { g: &file };

@@ -262,3 +262,23 @@ fn smollm2_q8_0_agrees_with_llama_cpp() {
         "SmolLM2-135M-Instruct-Q8_0",
     );
 }
+
+/// A model read into memory (`--no-mmap`) computes what the mapped file
+/// does, bit for bit: the same bytes, on other pages.
+#[test]
+fn a_model_read_into_memory_matches_the_mapped_file() {
+    let path = required("SmolLM2-135M-Instruct-Q4_1.gguf");
+    let mapped = Model::open(&path).unwrap();
+    let read = Model::read(&path).unwrap();
+    assert_eq!(mapped.bytes(), read.bytes());
+    let tok = lamina_model::tokenizer::Tokenizer::from_gguf(&read.file).unwrap();
+    let ids = tok.encode("The capital of France is", true, true);
+    let mut logits = Vec::new();
+    for model in [&mapped, &read] {
+        let mut session = Session::new(model, &tok, 64, KvType::F16).unwrap();
+        session.prefill(&ids, &Rayon).unwrap();
+        logits.push(session.logits().unwrap().to_vec());
+    }
+    assert_eq!(logits[0], logits[1]);
+    assert!(Model::read(path.with_extension("missing")).is_err());
+}

@@ -69,6 +69,8 @@ pub struct ServeConfig {
     /// Most inputs in one embeddings request.
     pub max_inputs: usize,
     pub kv: KvType,
+    /// Read model files into memory ([`Model::read`]) instead of mapping them.
+    pub no_mmap: bool,
 }
 
 impl Default for ServeConfig {
@@ -86,6 +88,7 @@ impl Default for ServeConfig {
             max_body: 8 << 20,
             max_inputs: 2048,
             kv: KvType::F16,
+            no_mmap: false,
         }
     }
 }
@@ -219,7 +222,12 @@ impl Server {
                 path: path.display().to_string(),
                 source,
             };
-            let model = Model::open(path).map_err(model_err)?;
+            let model = if cfg.no_mmap {
+                Model::read(path)
+            } else {
+                Model::open(path)
+            }
+            .map_err(model_err)?;
             if model.has_lm_head() {
                 let tok = Tokenizer::from_gguf(&model.file).map_err(|e| model_err(e.into()))?;
                 let template =
