@@ -217,19 +217,17 @@ pub struct Gguf<D = memmap2::Mmap> {
 impl Gguf<memmap2::Mmap> {
     /// Opens and parses a file, mapping it read-only.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref();
-        let map = crate::mmap::map_read_only(path).map_err(|source| Error::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Gguf::from_bytes(map)
+        Gguf::load(path.as_ref(), crate::mmap::map_read_only)
     }
 
     /// Reads and parses a file held in anonymous memory on 2 MiB pages
     /// ([`crate::read_into_memory`]) instead of mapping it.
     pub fn read(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref();
-        let map = crate::mmap::read_into_memory(path).map_err(|source| Error::Io {
+        Gguf::load(path.as_ref(), crate::mmap::read_into_memory)
+    }
+
+    fn load(path: &Path, bring_in: fn(&Path) -> std::io::Result<memmap2::Mmap>) -> Result<Self> {
+        let map = bring_in(path).map_err(|source| Error::Io {
             path: path.to_path_buf(),
             source,
         })?;
