@@ -138,7 +138,9 @@ mod tests {
     #[test]
     fn the_prefetching_read_sums_every_word() {
         for n in [0, 5, 32, 100, 4099] {
-            let words: Vec<u64> = (0..n as u64).map(|i| i * 0x9E37_79B9_7F4A_7C15).collect();
+            let words: Vec<u64> = (0..n as u64)
+                .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+                .collect();
             let plain = words.iter().fold(0u64, |a, &b| a.wrapping_add(b));
             assert_eq!(prefetching_sum(&words), plain, "{n} words");
         }
