@@ -37,9 +37,6 @@ pub fn read_into_memory(path: &Path) -> io::Result<memmap2::Mmap> {
     let mut file = File::open(path)?;
     let len = usize::try_from(file.metadata()?.len())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "file larger than memory"))?;
-    if len == 0 {
-        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "empty file"));
-    }
     let mut map = memmap2::MmapMut::map_anon(len)?;
     #[cfg(target_os = "linux")]
     let _ = map.advise(memmap2::Advice::HugePage);
