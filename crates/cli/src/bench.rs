@@ -43,13 +43,8 @@ struct GenerateArgs {
     threads: Option<usize>,
     #[arg(long)]
     json: bool,
-    /// Read the model file into memory (on 2 MiB pages where the OS offers
-    /// them) instead of mapping it: generation streams every weight once a
-    /// token, and a file whose page cache holds 4 KiB pages (one written or
-    /// read before it was mapped) makes it a few % slower. Costs the model's
-    /// size in memory and a read at start.
-    #[arg(long)]
-    no_mmap: bool,
+    #[command(flatten)]
+    load: crate::generate::LoadArg,
 }
 
 #[derive(clap::Args, Debug)]
@@ -156,12 +151,8 @@ fn generate(a: GenerateArgs) -> Result<()> {
     }
     let pool = thread_pool(a.threads)?;
     let path = models::resolve(&a.model)?;
-    let model = if a.no_mmap {
-        Model::read(&path)
-    } else {
-        Model::open(&path)
-    }
-    .with_context(|| format!("loading {}", path.display()))?;
+    let model = Model::open_with(&path, a.load.load())
+        .with_context(|| format!("loading {}", path.display()))?;
     let hp = &model.hp;
     let n_ctx = a.pp + a.tg;
     let mut cache = KvCache::new(hp, n_ctx, KvType::F16);

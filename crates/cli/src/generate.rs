@@ -10,7 +10,7 @@ use lamina_kernels::pool::ThreadPool;
 use lamina_model::generate::{DEFAULT_BATCH, GenerateOptions, Session};
 use lamina_model::sampling::{Sampler, SamplerParams};
 use lamina_model::tokenizer::Tokenizer;
-use lamina_model::{KvType, Model};
+use lamina_model::{KvType, Load, Model};
 use serde_json::json;
 
 use crate::embed::thread_pool;
@@ -37,6 +37,13 @@ pub struct ModelArgs {
     /// Prompt tokens per forward pass.
     #[arg(long, default_value_t = DEFAULT_BATCH)]
     pub batch: usize,
+    #[command(flatten)]
+    pub load: LoadArg,
+}
+
+/// `--no-mmap`, shared by the commands that generate.
+#[derive(clap::Args, Debug)]
+pub struct LoadArg {
     /// Read the model file into memory (on 2 MiB pages where the OS offers
     /// them) instead of mapping it: generation streams every weight once a
     /// token, and a file whose page cache holds 4 KiB pages (one written or
@@ -44,6 +51,12 @@ pub struct ModelArgs {
     /// size in memory and a read at start.
     #[arg(long)]
     pub no_mmap: bool,
+}
+
+impl LoadArg {
+    pub fn load(&self) -> Load {
+        if self.no_mmap { Load::Read } else { Load::Map }
+    }
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -123,12 +136,8 @@ impl ModelArgs {
         let pool = thread_pool(self.threads)?;
         let path = models::resolve(&self.model)?;
         let t0 = Instant::now();
-        let model = if self.no_mmap {
-            Model::read(&path)
-        } else {
-            Model::open(&path)
-        }
-        .with_context(|| format!("loading {}", path.display()))?;
+        let model = Model::open_with(&path, self.load.load())
+            .with_context(|| format!("loading {}", path.display()))?;
         if !model.has_lm_head() {
             bail!(
                 "{} is an embedding model ({}): use `lamina embed`",

@@ -57,13 +57,8 @@ pub struct Args {
     /// Element type of the KV cache.
     #[arg(long, value_enum, default_value = "f16")]
     kv_type: KvArg,
-    /// Read the model files into memory (on 2 MiB pages where the OS offers
-    /// them) instead of mapping it: generation streams every weight once a
-    /// token, and a file whose page cache holds 4 KiB pages (one written or
-    /// read before it was mapped) makes it a few % slower. Costs the model's
-    /// size in memory and a read at start.
-    #[arg(long)]
-    no_mmap: bool,
+    #[command(flatten)]
+    load: crate::generate::LoadArg,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -94,7 +89,7 @@ pub fn run(args: Args) -> Result<()> {
             KvArg::F16 => lamina_model::KvType::F16,
             KvArg::F32 => lamina_model::KvType::F32,
         },
-        no_mmap: args.no_mmap,
+        load: args.load.load(),
         ..ServeConfig::default()
     };
     let keyed = cfg.api_key.is_some();

@@ -139,50 +139,9 @@ pub enum RopeLayout {
     Neox,
 }
 
-/// Rotates every head of `x` (`n_heads × head_dim`) for position `pos`:
-/// pair `i` turns by `pos · base^(-2i/rot_dims)`; dims past `rot_dims` are untouched.
-pub fn rope(
-    x: &mut [f32],
-    head_dim: usize,
-    rot_dims: usize,
-    pos: usize,
-    base: f32,
-    layout: RopeLayout,
-) {
-    rope_scaled(x, head_dim, rot_dims, pos, base, 1.0, None, layout);
-}
-
-/// [`rope`] with ggml's linear `freq_scale` and per-pair `freq_factors`
-/// (Llama 3's `rope_freqs.weight`): pair `i` turns by
-/// `freq_scale · pos · base^(-2i/rot_dims) / freq_factors[i]`.
-#[allow(clippy::too_many_arguments)]
-pub fn rope_scaled(
-    x: &mut [f32],
-    head_dim: usize,
-    rot_dims: usize,
-    pos: usize,
-    base: f32,
-    freq_scale: f32,
-    freq_factors: Option<&[f32]>,
-    layout: RopeLayout,
-) {
-    let mut cs = [0.0f32; 2 * MAX_ROPE_PAIRS];
-    assert!(rot_dims <= cs.len());
-    rope_table(
-        pos,
-        rot_dims,
-        base,
-        freq_scale,
-        freq_factors,
-        &mut cs[..rot_dims],
-    );
-    rope_apply(x, head_dim, &cs[..rot_dims], layout);
-}
-
-/// Most rotated pairs per head [`rope_scaled`] supports.
-pub const MAX_ROPE_PAIRS: usize = 256;
-
-/// The `(cos, sin)` of every pair's angle at `pos` (see [`rope_scaled`]),
+/// The `(cos, sin)` of every pair's angle at `pos`: pair `i` turns by
+/// `freq_scale · pos · base^(-2i/rot_dims) / freq_factors[i]` (ggml's linear
+/// `freq_scale`; `freq_factors` are Llama 3's `rope_freqs.weight`),
 /// interleaved into `cs` (`rot_dims` values): computed once per position
 /// and shared by every head and layer with that base (ggml's rope cache).
 pub fn rope_table(
@@ -210,6 +169,7 @@ pub fn rope_table(
 
 /// Rotates every head of `x` (`n_heads × head_dim`) by a [`rope_table`]
 /// (`cs.len()` = the rotated dims; the rest of each head is untouched).
+/// Pairs are adjacent dims (`Normal`) or dims `half` apart (`Neox`).
 pub fn rope_apply(x: &mut [f32], head_dim: usize, cs: &[f32], layout: RopeLayout) {
     let half = cs.len() / 2;
     assert!(cs.len() <= head_dim && cs.len().is_multiple_of(2) && x.len().is_multiple_of(head_dim));
@@ -386,35 +346,64 @@ mod tests {
         }
     }
 
+    /// RoPE of `x` at `pos` through a table, as the forward passes run it.
+    fn rope(
+        x: &mut [f32],
+        head_dim: usize,
+        rot: usize,
+        pos: usize,
+        ff: Option<&[f32]>,
+        layout: RopeLayout,
+    ) {
+        let mut cs = vec![0.0; rot];
+        rope_table(pos, rot, 10000.0, 1.0, ff, &mut cs);
+        rope_apply(x, head_dim, &cs, layout);
+    }
+
     #[test]
     fn rope_rotates_pairs_by_position() {
         let head_dim = 8;
-        let base = 10000.0f32;
+        let base = 10000.0f64;
         for layout in [RopeLayout::Normal, RopeLayout::Neox] {
-            let x: Vec<f32> = (0..2 * head_dim).map(|i| i as f32 + 1.0).collect();
-            let mut y = x.clone();
-            rope(&mut y, head_dim, head_dim, 5, base, layout);
-            for h in 0..2 {
-                for i in 0..head_dim / 2 {
-                    let (a, b) = match layout {
-                        RopeLayout::Normal => (2 * i, 2 * i + 1),
-                        RopeLayout::Neox => (i, i + head_dim / 2),
-                    };
-                    let th = 5.0 * (base as f64).powf(-2.0 * i as f64 / head_dim as f64);
-                    let (x0, x1) = (x[h * head_dim + a] as f64, x[h * head_dim + b] as f64);
-                    assert!(
-                        close(y[h * head_dim + a], x0 * th.cos() - x1 * th.sin(), 1e-5),
-                        "{layout:?}"
-                    );
-                    assert!(
-                        close(y[h * head_dim + b], x0 * th.sin() + x1 * th.cos(), 1e-5),
-                        "{layout:?}"
+            for (rot, ff) in [(8, None), (4, Some([1.0f32, 2.0]))] {
+                let x: Vec<f32> = (0..2 * head_dim).map(|i| i as f32 + 1.0).collect();
+                let mut y = x.clone();
+                rope(
+                    &mut y,
+                    head_dim,
+                    rot,
+                    5,
+                    ff.as_ref().map(|f| &f[..]),
+                    layout,
+                );
+                for h in 0..2 {
+                    for i in 0..rot / 2 {
+                        let (a, b) = match layout {
+                            RopeLayout::Normal => (2 * i, 2 * i + 1),
+                            RopeLayout::Neox => (i, i + rot / 2),
+                        };
+                        let f = ff.map_or(1.0, |f| f[i] as f64);
+                        let th = 5.0 * base.powf(-2.0 * i as f64 / rot as f64) / f;
+                        let (x0, x1) = (x[h * head_dim + a] as f64, x[h * head_dim + b] as f64);
+                        assert!(
+                            close(y[h * head_dim + a], x0 * th.cos() - x1 * th.sin(), 1e-5),
+                            "{layout:?} rot {rot}"
+                        );
+                        assert!(
+                            close(y[h * head_dim + b], x0 * th.sin() + x1 * th.cos(), 1e-5),
+                            "{layout:?} rot {rot}"
+                        );
+                    }
+                    // Dims past the rotated ones are untouched.
+                    assert_eq!(
+                        y[h * head_dim + rot..(h + 1) * head_dim],
+                        x[h * head_dim + rot..(h + 1) * head_dim]
                     );
                 }
+                let mut z = x.clone();
+                rope(&mut z, head_dim, rot, 0, None, layout);
+                assert_eq!(z, x, "position 0 is the identity");
             }
-            let mut z = x.clone();
-            rope(&mut z, head_dim, head_dim, 0, base, layout);
-            assert_eq!(z, x, "position 0 is the identity");
         }
     }
 

@@ -320,12 +320,4 @@ impl HParams {
             Window::None
         }
     }
-    /// RoPE base of layer `il`.
-    pub fn layer_rope_base(&self, il: usize) -> f32 {
-        if self.swa_layers[il] {
-            self.rope_base_swa
-        } else {
-            self.rope_base
-        }
-    }
 }

@@ -21,7 +21,7 @@ pub mod transformer;
 pub mod weights;
 
 pub use hparams::{Arch, HParams};
-pub use transformer::{KvCache, KvType, Model, Workspace};
+pub use transformer::{KvCache, KvType, Load, Model, Workspace};
 
 /// A model could not be loaded or run.
 #[derive(Debug, thiserror::Error)]

@@ -77,17 +77,17 @@ impl std::fmt::Debug for Model {
 }
 
 impl Model {
-    /// Opens a GGUF file and checks every tensor the architecture needs.
+    /// Opens a GGUF file (mapped) and checks every tensor the architecture needs.
     pub fn open(path: impl AsRef<std::path::Path>) -> Result<Model, ModelError> {
-        Model::load(Gguf::open(path)?)
+        Model::open_with(path, Load::Map)
     }
 
-    /// [`Model::open`], but with the file read into anonymous memory on
-    /// 2 MiB pages ([`Gguf::read`]) instead of mapped: decoding, which
-    /// streams every weight once a token, then runs at the same speed
-    /// whatever pages the file's page cache happens to hold.
-    pub fn read(path: impl AsRef<std::path::Path>) -> Result<Model, ModelError> {
-        Model::load(Gguf::read(path)?)
+    /// [`Model::open`] with the file's bytes brought in as `load` says.
+    pub fn open_with(path: impl AsRef<std::path::Path>, load: Load) -> Result<Model, ModelError> {
+        Model::load(match load {
+            Load::Map => Gguf::open(path)?,
+            Load::Read => Gguf::read(path)?,
+        })
     }
 
     pub fn load(file: Gguf) -> Result<Model, ModelError> {
@@ -629,6 +629,20 @@ impl Workspace {
     pub fn hidden(&self) -> &[f32] {
         &self.bufs.xn[..self.bufs.t * self.n_embd]
     }
+}
+
+/// How a model file's bytes come into memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Load {
+    /// Mapped ([`Gguf::open`]): nothing is read until used, and processes
+    /// share the page cache.
+    #[default]
+    Map,
+    /// Read into anonymous memory on 2 MiB pages ([`Gguf::read`]): decoding,
+    /// which streams every weight once a token, then runs at the same speed
+    /// whatever pages the file's page cache happens to hold (a file just
+    /// written or downloaded stays in 4 KiB pages however it is mapped).
+    Read,
 }
 
 /// Keys and values of past positions, per layer, for one sequence.

@@ -269,7 +269,7 @@ fn smollm2_q8_0_agrees_with_llama_cpp() {
 fn a_model_read_into_memory_matches_the_mapped_file() {
     let path = required("SmolLM2-135M-Instruct-Q4_1.gguf");
     let mapped = Model::open(&path).unwrap();
-    let read = Model::read(&path).unwrap();
+    let read = Model::open_with(&path, lamina_model::Load::Read).unwrap();
     assert_eq!(mapped.bytes(), read.bytes());
     let tok = lamina_model::tokenizer::Tokenizer::from_gguf(&read.file).unwrap();
     let ids = tok.encode("The capital of France is", true, true);
@@ -280,5 +280,5 @@ fn a_model_read_into_memory_matches_the_mapped_file() {
         logits.push(session.logits().unwrap().to_vec());
     }
     assert_eq!(logits[0], logits[1]);
-    assert!(Model::read(path.with_extension("missing")).is_err());
+    assert!(Model::open_with(path.with_extension("missing"), lamina_model::Load::Read).is_err());
 }

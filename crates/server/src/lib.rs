@@ -33,7 +33,7 @@ use std::time::Duration;
 use lamina_model::chat::ChatTemplate;
 use lamina_model::embed::Embedder;
 use lamina_model::tokenizer::Tokenizer;
-use lamina_model::{KvType, Model};
+use lamina_model::{KvType, Load, Model};
 
 pub use error::{ApiError, ServeError};
 use metrics::Metrics;
@@ -69,8 +69,8 @@ pub struct ServeConfig {
     /// Most inputs in one embeddings request.
     pub max_inputs: usize,
     pub kv: KvType,
-    /// Read model files into memory ([`Model::read`]) instead of mapping them.
-    pub no_mmap: bool,
+    /// How model files come into memory.
+    pub load: Load,
 }
 
 impl Default for ServeConfig {
@@ -88,7 +88,7 @@ impl Default for ServeConfig {
             max_body: 8 << 20,
             max_inputs: 2048,
             kv: KvType::F16,
-            no_mmap: false,
+            load: Load::Map,
         }
     }
 }
@@ -222,12 +222,7 @@ impl Server {
                 path: path.display().to_string(),
                 source,
             };
-            let model = if cfg.no_mmap {
-                Model::read(path)
-            } else {
-                Model::open(path)
-            }
-            .map_err(model_err)?;
+            let model = Model::open_with(path, cfg.load).map_err(model_err)?;
             if model.has_lm_head() {
                 let tok = Tokenizer::from_gguf(&model.file).map_err(|e| model_err(e.into()))?;
                 let template =
