@@ -2,12 +2,17 @@
 """Regenerates the EmbeddingGemma fidelity gold in testdata/embed/.
 
     /opt/pyref/bin/python testdata/embed/make_gold.py \
-        [--llama-bin DIR] [--models DIR] [--only llama|llama-fa-off|torch] [--threads N]
+        [--llama-bin DIR] [--models DIR] [--only llama|llama-fa-off|llama-avx512|torch]
+        [--threads N]
 
 * llama.cpp: for every model file in FILES and every text in texts.json, one
   `llama-embedding` process on that text alone (command line below), and one
   `llama-tokenize` for its token ids; the quantized files once more with
   flash attention off (`<source>-fa-off`), llama.cpp's own spread.
+* `--only llama-avx512`: the quantized files again with flash attention on,
+  from a llama.cpp built with GGML_NATIVE on an AVX-512 machine
+  (`<source>-avx512`): the same commit and command, another build, to measure
+  how far llama.cpp's output moves between its own x86 builds.
 * PyTorch: sentence-transformers on the original checkpoint
   (MODELS/embeddinggemma-300m), float32, each text encoded alone.
 
@@ -76,12 +81,16 @@ def write_f32(path, vectors):
             f.write(struct.pack(f"<{DIM}f", *v))
 
 
-def run_llama(texts, bin_dir, models, threads, gold, fa="on"):
+def run_llama(texts, bin_dir, models, threads, gold, fa="on", suffix=""):
     # The reference runs with flash attention on (what `auto` picks on a CPU);
     # the quantized files are also run with it off, to measure llama.cpp's own
     # spread between its two attention paths.
-    ids_done = fa != "on"
-    for name in FILES if fa == "on" else FILES[1:]:
+    if suffix == "-avx512":
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+        assert "avx512f" in flags and "avx512_vnni" in flags, "needs an AVX-512 VNNI machine"
+    ids_done = fa != "on" or suffix != ""
+    for name in FILES if fa == "on" and suffix == "" else FILES[1:]:
         model = os.path.join(models, f"embeddinggemma-300m-{name}.gguf")
         vectors = []
         for t in texts:
@@ -103,7 +112,7 @@ def run_llama(texts, bin_dir, models, threads, gold, fa="on"):
                 t["llama_ids"] = json.loads(tok)
             print(f"llama.cpp {name} fa {fa} {t['id']}", file=sys.stderr)
         ids_done = True
-        src = f"llamacpp-{name}" + ("" if fa == "on" else "-fa-off")
+        src = f"llamacpp-{name}" + ("" if fa == "on" else "-fa-off") + suffix
         write_f32(os.path.join(HERE, f"{src}.f32"), vectors)
         gold["sources"][src] = {
             "file": f"embeddinggemma-300m-{name}.gguf",
@@ -111,7 +120,16 @@ def run_llama(texts, bin_dir, models, threads, gold, fa="on"):
             "command": " ".join(["llama-embedding"] + embed_cmd(bin_dir, "MODEL", threads, fa)[1:])
             + " TEXT",
         }
-    if fa == "on":
+        if suffix == "-avx512":
+            cpu = next(
+                (l.split(":", 1)[1].strip() for l in flags.splitlines() if l.startswith("model name")),
+                platform.machine(),
+            )
+            gold["sources"][src]["build"] = (
+                "the same commit and CMake flags, built on an AVX-512 VNNI machine "
+                f"({cpu}); the other llamacpp-* sources came from an AVX2 build"
+            )
+    if fa == "on" and suffix == "":
         gold["llama_ids"] = [t.pop("llama_ids") for t in texts]
 
 
@@ -157,7 +175,7 @@ def main():
         "--models",
         default=os.environ.get("LAMINA_MODELS", os.path.expanduser("~/.cache/lamina/models")),
     )
-    ap.add_argument("--only", choices=["llama", "llama-fa-off", "torch"])
+    ap.add_argument("--only", choices=["llama", "llama-fa-off", "llama-avx512", "torch"])
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
 
@@ -179,6 +197,8 @@ def main():
         run_llama(texts, a.llama_bin, a.models, a.threads, gold)
     if a.only in (None, "llama-fa-off"):
         run_llama(texts, a.llama_bin, a.models, a.threads, gold, fa="off")
+    if a.only == "llama-avx512":
+        run_llama(texts, a.llama_bin, a.models, a.threads, gold, suffix="-avx512")
     if a.only in (None, "torch"):
         run_torch(texts, a.models, gold)
     with open(gold_path, "w", encoding="utf-8") as f:

@@ -149,6 +149,10 @@ fn embed_all(path: &PathBuf, g: &Gold) -> Vec<Vec<f32>> {
 /// no worse than llama.cpp's agreement with itself between its two attention
 /// paths (flash attention off vs on: `llamacpp-*-fa-off`), less `slack`; and
 /// our mean cosine to PyTorch is at most 0.0005 below llama.cpp's.
+///
+/// It also prints how far llama.cpp moves between its own builds: the same
+/// commit and command built on an AVX-512 machine (`llamacpp-*-avx512`)
+/// against the gold's AVX2 build, and our cosine to each of llama.cpp's runs.
 fn check(quant: &str, floor: f64) {
     let Some(path) = model(quant) else { return };
     let g = gold();
@@ -163,30 +167,37 @@ fn check(quant: &str, floor: f64) {
     let vs_llama = cos(&ours, &llama);
     let vs_torch = cos(&ours, &torch);
     let llama_vs_torch = cos(&llama, &torch);
-    let spread = (quant != "F32").then(|| {
-        let off = vectors(&format!("llamacpp-{quant}-fa-off"), n);
-        cos(&off, &llama)
-    });
-    println!(
-        "{quant}: per text cosine: ours~llama.cpp, ours~PyTorch, llama.cpp~PyTorch{}",
-        if spread.is_some() {
-            ", llama.cpp FA off~on"
-        } else {
-            ""
-        }
-    );
+    // llama.cpp's other runs of a quantized file: (name, its cosine to the
+    // gold run, ours to it), per text.
+    let others: Vec<(&str, Vec<f64>, Vec<f64>)> = if quant == "F32" {
+        Vec::new()
+    } else {
+        [("FA off", "fa-off"), ("AVX-512 build", "avx512")]
+            .into_iter()
+            .map(|(name, suffix)| {
+                let v = vectors(&format!("llamacpp-{quant}-{suffix}"), n);
+                (name, cos(&v, &llama), cos(&ours, &v))
+            })
+            .collect()
+    };
+    let mut header = String::new();
+    for (name, _, _) in &others {
+        header += &format!(", llama.cpp {name}~llama.cpp, ours~llama.cpp {name}");
+    }
+    println!("{quant}: per text cosine: ours~llama.cpp, ours~PyTorch, llama.cpp~PyTorch{header}");
     for (i, t) in g.texts.iter().enumerate() {
-        println!(
-            "  {:<18} {:>4} tokens  {:.7}  {:.7}  {:.7}{}",
+        let mut row = format!(
+            "  {:<18} {:>4} tokens  {:.7}  {:.7}  {:.7}",
             t.id,
             g.llama_ids[i].len(),
             vs_llama[i],
             vs_torch[i],
-            llama_vs_torch[i],
-            spread
-                .as_ref()
-                .map_or(String::new(), |s| format!("  {:.7}", s[i]))
+            llama_vs_torch[i]
         );
+        for (_, theirs, ours) in &others {
+            row += &format!("  {:.7}  {:.7}", theirs[i], ours[i]);
+        }
+        println!("{row}");
     }
     let (l_min, l_mean) = min_mean(&vs_llama);
     let (t_min, t_mean) = min_mean(&vs_torch);
@@ -194,28 +205,32 @@ fn check(quant: &str, floor: f64) {
     print!(
         "FIGURES | {quant:<6} | ours~llama.cpp min {l_min:.7} mean {l_mean:.7} | ours~PyTorch min {t_min:.7} mean {t_mean:.7} | llama.cpp~PyTorch min {r_min:.7} mean {r_mean:.7} |"
     );
+    for (name, theirs, ours) in &others {
+        let (s_min, s_mean) = min_mean(theirs);
+        let (o_min, o_mean) = min_mean(ours);
+        print!(
+            " llama.cpp {name}~llama.cpp min {s_min:.7} mean {s_mean:.7} | ours~llama.cpp {name} min {o_min:.7} mean {o_mean:.7} |"
+        );
+    }
+    println!();
     let mut failures = Vec::new();
-    match &spread {
-        Some(s) => {
-            let (s_min, s_mean) = min_mean(s);
-            println!(" llama.cpp FA off~on min {s_min:.7} mean {s_mean:.7} |");
-            if l_min < s_min - 0.001 {
-                failures.push(format!(
-                    "min cosine to llama.cpp {l_min:.7} is more than 0.001 below llama.cpp's own FA off~on {s_min:.7}"
-                ));
-            }
-            if l_mean < s_mean - 0.0002 {
-                failures.push(format!(
-                    "mean cosine to llama.cpp {l_mean:.7} is more than 0.0002 below llama.cpp's own FA off~on {s_mean:.7}"
-                ));
-            }
-            if t_mean < r_mean - 0.0005 {
-                failures.push(format!(
-                    "mean cosine to PyTorch {t_mean:.7} is more than 0.0005 below llama.cpp's {r_mean:.7}"
-                ));
-            }
+    if let Some((_, fa_spread, _)) = others.first() {
+        let (s_min, s_mean) = min_mean(fa_spread);
+        if l_min < s_min - 0.001 {
+            failures.push(format!(
+                "min cosine to llama.cpp {l_min:.7} is more than 0.001 below llama.cpp's own FA off~on {s_min:.7}"
+            ));
         }
-        None => println!(),
+        if l_mean < s_mean - 0.0002 {
+            failures.push(format!(
+                "mean cosine to llama.cpp {l_mean:.7} is more than 0.0002 below llama.cpp's own FA off~on {s_mean:.7}"
+            ));
+        }
+        if t_mean < r_mean - 0.0005 {
+            failures.push(format!(
+                "mean cosine to PyTorch {t_mean:.7} is more than 0.0005 below llama.cpp's {r_mean:.7}"
+            ));
+        }
     }
     for (i, t) in g.texts.iter().enumerate() {
         if vs_llama[i] < floor {
@@ -242,9 +257,13 @@ fn f32_matches_llama_cpp_and_pytorch() {
 // The issue asked for every text ≥ 0.999 to llama.cpp on Q8_0 and Q6_K, but
 // llama.cpp does not agree with itself that well: on these texts its flash
 // attention off and on paths give Q8_0 min 0.99881 (mean 0.99963) and Q6_K min
-// 0.99715 (mean 0.99836), and batching all texts in one process instead of
-// one per process moves it as much. So the per-text floors sit below that
-// spread, and the spread-relative checks in `check` carry the comparison.
+// 0.99715 (mean 0.99836); the same commit and command built on an AVX-512
+// machine gives Q8_0 min 0.99932 and Q6_K min 0.99592 against the AVX2-built
+// gold; and batching all texts in one process instead of one per process
+// moves it as much. Activation quantization makes the quantized files
+// chaotic: one int8 rounding that flips on a last-bit difference cascades
+// through the later layers. So the per-text floors sit below that spread,
+// and the spread-relative checks in `check` carry the comparison.
 #[test]
 fn q8_0_matches_llama_cpp_and_pytorch() {
     check("Q8_0", 0.998);
