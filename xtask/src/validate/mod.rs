@@ -678,6 +678,28 @@ fn embedding(ctx: &Ctx) -> Result<Vec<Row>> {
                 &cos(g),
                 embed_threshold_vs_llama(q),
             ));
+            // llama.cpp against its own gold, where the gold holds its other
+            // runs of the file: how far the reference itself moves.
+            for (suffix, what) in [
+                ("fa-off", "llama.cpp FA off vs its FA on gold"),
+                ("avx512", "llama.cpp AVX-512 build vs its AVX2-built gold"),
+            ] {
+                let source = format!("llamacpp-{q}-{suffix}");
+                if let Some((_, other)) = gold
+                    .as_ref()
+                    .and_then(|gd| gd.sources.iter().find(|(s, _)| *s == source))
+                {
+                    let spread: Vec<f64> = other.iter().zip(g).map(|(a, b)| cosine(a, b)).collect();
+                    let (min, mean) = min_mean(&spread);
+                    rows.push(Row {
+                        check: format!("{what} (the reference's spread)"),
+                        model: name.clone(),
+                        figure: format!("min {min:.7}, mean {mean:.7} ({} texts)", spread.len()),
+                        threshold: "—".into(),
+                        status: Status::Info,
+                    });
+                }
+            }
         }
         if q == "F32"
             && let Some(g) = gold_torch
