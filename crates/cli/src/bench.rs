@@ -163,18 +163,27 @@ fn generate(a: GenerateArgs) -> Result<()> {
         .map(|i| ((i * 2_654_435_761 + 12_345) % hp.n_vocab as u64) as u32)
         .collect();
     // Token generation is judged against the memory bandwidth measured
-    // around its runs (the better of before and after: a shared host's
-    // bandwidth drifts).
+    // around each timed run: a shared host's bandwidth (and the threads'
+    // round trip) drifts within seconds, so a probe taken once for all runs
+    // can describe another machine than the one a run saw. Each run's share
+    // is of the better of the probes right before and right after it.
     // Without the probe's 1 GiB buffer the bench still runs, without the share.
-    let probe = || match lamina_kernels::probe::memory_bandwidth(pool.as_ref(), 3) {
-        Ok(gbs) => Some(gbs),
-        Err(e) => {
-            tracing::warn!("memory bandwidth not measured (a 1 GiB buffer: {e})");
-            None
+    let probe = if a.tg > 0 {
+        match lamina_kernels::probe::BandwidthProbe::new() {
+            Ok(p) => Some(p),
+            Err(e) => {
+                tracing::warn!("memory bandwidth not measured (a 1 GiB buffer: {e})");
+                None
+            }
         }
+    } else {
+        None
     };
-    let bw_before = if a.tg > 0 { probe() } else { None };
+    let measure = || probe.as_ref().map(|p| p.measure(pool.as_ref(), 3));
+    let bytes = model.weight_bytes_per_token();
     let (mut pp_s, mut tg_s) = (Vec::new(), Vec::new());
+    let (mut bw_s, mut share_s, mut trip_s) = (Vec::new(), Vec::new(), Vec::new());
+    let mut bw_before = None;
     for run in 0..=a.runs {
         cache.truncate(0);
         let t = Instant::now();
@@ -187,6 +196,10 @@ fn generate(a: GenerateArgs) -> Result<()> {
             pool.as_ref(),
         )?;
         let pp_time = t.elapsed().as_secs_f64();
+        if run > 0 && bw_before.is_none() {
+            bw_before = measure();
+            bw_s.extend(bw_before);
+        }
         let t = Instant::now();
         for _ in 0..a.tg {
             let next = lamina_model::sampling::argmax(&logits) as u32;
@@ -204,21 +217,29 @@ fn generate(a: GenerateArgs) -> Result<()> {
             // Run 0 warms caches and page mappings.
             pp_s.push(a.pp as f64 / pp_time);
             if a.tg > 0 {
-                tg_s.push(a.tg as f64 / tg_time);
+                let tok_s = a.tg as f64 / tg_time;
+                tg_s.push(tok_s);
+                // Each parallel region pays it: it explains runs whose share
+                // drops while the bandwidth rises (the vCPUs moved further apart).
+                trip_s.push(lamina_kernels::probe::core_round_trip_ns(5_000));
+                let after = measure();
+                if let (Some(before), Some(after)) = (bw_before, after) {
+                    bw_s.push(after);
+                    share_s.push(bytes as f64 * tok_s / 1e9 / before.max(after));
+                }
+                bw_before = after;
             }
         }
     }
     let median = |v: &[f64]| {
         let mut v = v.to_vec();
         v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(0.0)
+        v.get(v.len() / 2).copied()
     };
-    let (pp, tg) = (median(&pp_s), median(&tg_s));
-    let bandwidth = bw_before.and_then(|before| probe().map(|after| before.max(after)));
-    // Each parallel region pays it: it explains runs whose share drops while
-    // the bandwidth rises (the vCPUs moved further apart).
-    let round_trip = (a.tg > 0).then(|| lamina_kernels::probe::core_round_trip_ns(20_000));
-    let bytes = model.weight_bytes_per_token();
+    let (pp, tg) = (median(&pp_s).unwrap_or(0.0), median(&tg_s).unwrap_or(0.0));
+    let bandwidth = bw_s.iter().copied().reduce(f64::max);
+    let share = median(&share_s);
+    let round_trip = median(&trip_s);
     let tg_gbs = bytes as f64 * tg / 1e9;
     if a.json {
         println!(
@@ -230,21 +251,31 @@ fn generate(a: GenerateArgs) -> Result<()> {
                    "weight_bytes_per_token": bytes,
                    "memory_bandwidth_gb_s": bandwidth,
                    "tg_gb_s": bandwidth.map(|_| tg_gbs),
-                   "core_round_trip_ns": round_trip})
+                   "tg_bandwidth_share": share,
+                   "bandwidth_samples_gb_s": bw_s,
+                   "tg_bandwidth_share_samples": share_s,
+                   "core_round_trip_ns": round_trip,
+                   "core_round_trip_samples_ns": trip_s})
         );
     } else {
-        let share = bandwidth.map_or(String::new(), |bw| {
-            format!(
-                "; {tg_gbs:.1} GB/s of weights, {:.0} % of the {bw:.1} GB/s measured",
-                100.0 * tg_gbs / bw
-            )
-        });
-        let share = match round_trip {
-            Some(ns) => format!("{share}; core-to-core round trip {ns:.0} ns"),
-            None => share,
-        };
+        let mut notes = String::new();
+        if let (Some(bw), Some(share)) = (bandwidth, share) {
+            let runs: Vec<String> = share_s
+                .iter()
+                .map(|s| format!("{:.0}", 100.0 * s))
+                .collect();
+            notes += &format!(
+                "; {tg_gbs:.1} GB/s of weights, {:.0} % of the bandwidth measured around each run (median; runs {} %; probes {:.1}-{bw:.1} GB/s)",
+                100.0 * share,
+                runs.join("/"),
+                bw_s.iter().copied().fold(f64::INFINITY, f64::min),
+            );
+        }
+        if let Some(ns) = round_trip {
+            notes += &format!("; core-to-core round trip {ns:.0} ns");
+        }
         println!(
-            "{}: pp{} {pp:.1} tokens/s, tg{} {tg:.1} tokens/s ({} threads, {:?}{share})",
+            "{}: pp{} {pp:.1} tokens/s, tg{} {tg:.1} tokens/s ({} threads, {:?}{notes})",
             path.display(),
             a.pp,
             a.tg,

@@ -27,39 +27,60 @@ const TASKS_PER_THREAD: usize = 8;
 /// memory advised into 2 MiB pages where the OS offers them (4 KiB pages
 /// cost streaming reads a page walk every 4 KiB).
 pub fn memory_bandwidth(pool: &dyn ThreadPool, passes: usize) -> std::io::Result<f64> {
-    read_bandwidth(pool, PROBE_BYTES, passes)
+    Ok(BandwidthProbe::new()?.measure(pool, passes))
 }
 
 /// How far ahead the prefetching read prefetches (the matmuls' distance).
 const PREFETCH_AHEAD: usize = 8192;
 
-/// [`memory_bandwidth`] over `bytes` (a multiple of 8).
-fn read_bandwidth(pool: &dyn ThreadPool, bytes: usize, passes: usize) -> std::io::Result<f64> {
-    let mut map = memmap2::MmapMut::map_anon(bytes)?;
-    #[cfg(target_os = "linux")]
-    let _ = map.advise(memmap2::Advice::HugePage);
-    // Written first: untouched pages all map the shared zero page and
-    // would read from cache.
-    map.fill(1);
-    let buf: &[u64] = bytemuck::cast_slice(&map[..]);
-    let tasks = pool.threads().max(1) * TASKS_PER_THREAD;
-    let per = buf.len().div_ceil(tasks);
-    let pass = |prefetch: bool| {
-        let t = Instant::now();
-        pool.run(tasks, &|i| {
-            let part = &buf[(i * per).min(buf.len())..((i + 1) * per).min(buf.len())];
-            std::hint::black_box(if prefetch {
-                prefetching_sum(part)
-            } else {
-                part.iter().fold(0u64, |a, &b| a.wrapping_add(b))
+/// The probe's buffer, written once, for measuring again and again: on a
+/// shared host the bandwidth drifts within seconds, so a benchmark judges
+/// each timed run against probes taken right before and after it.
+pub struct BandwidthProbe {
+    map: memmap2::MmapMut,
+}
+
+impl BandwidthProbe {
+    /// Maps and writes the 1 GiB buffer of [`memory_bandwidth`].
+    pub fn new() -> std::io::Result<BandwidthProbe> {
+        Self::with_bytes(PROBE_BYTES)
+    }
+
+    /// A buffer of `bytes` (rounded down to whole words).
+    fn with_bytes(bytes: usize) -> std::io::Result<BandwidthProbe> {
+        let mut map = memmap2::MmapMut::map_anon(bytes / 8 * 8)?;
+        #[cfg(target_os = "linux")]
+        let _ = map.advise(memmap2::Advice::HugePage);
+        // Written first: untouched pages all map the shared zero page and
+        // would read from cache.
+        map.fill(1);
+        Ok(BandwidthProbe { map })
+    }
+
+    /// GB/s, the best of `passes` passes (at least one) of each read, after
+    /// a plain pass that wakes the threads (see [`memory_bandwidth`]).
+    pub fn measure(&self, pool: &dyn ThreadPool, passes: usize) -> f64 {
+        let buf: &[u64] = bytemuck::cast_slice(&self.map[..]);
+        let bytes = buf.len() * 8;
+        let tasks = pool.threads().max(1) * TASKS_PER_THREAD;
+        let per = buf.len().div_ceil(tasks);
+        let pass = |prefetch: bool| {
+            let t = Instant::now();
+            pool.run(tasks, &|i| {
+                let part = &buf[(i * per).min(buf.len())..((i + 1) * per).min(buf.len())];
+                std::hint::black_box(if prefetch {
+                    prefetching_sum(part)
+                } else {
+                    part.iter().fold(0u64, |a, &b| a.wrapping_add(b))
+                });
             });
-        });
-        bytes as f64 / t.elapsed().as_secs_f64() / 1e9
-    };
-    pass(false); // faults the pages in, wakes the threads
-    Ok((0..passes.max(1))
-        .flat_map(|_| [pass(false), pass(true)])
-        .fold(0.0, f64::max))
+            bytes as f64 / t.elapsed().as_secs_f64() / 1e9
+        };
+        pass(false);
+        (0..passes.max(1))
+            .flat_map(|_| [pass(false), pass(true)])
+            .fold(0.0, f64::max)
+    }
 }
 
 /// The wrapping sum of `words`, prefetching [`PREFETCH_AHEAD`] bytes ahead
@@ -130,8 +151,11 @@ mod tests {
     #[cfg_attr(miri, ignore = "a 16 MiB buffer")]
     fn bandwidth_is_a_positive_rate() {
         for pool in [&Serial as &dyn ThreadPool, &crate::pool::Rayon] {
-            let gbs = read_bandwidth(pool, 16 << 20, 2).unwrap();
-            assert!(gbs.is_finite() && gbs > 0.0, "{gbs}");
+            let probe = BandwidthProbe::with_bytes(16 << 20).unwrap();
+            for passes in [0, 2] {
+                let gbs = probe.measure(pool, passes);
+                assert!(gbs.is_finite() && gbs > 0.0, "{gbs}");
+            }
         }
     }
 
