@@ -196,7 +196,9 @@ fn generate(a: GenerateArgs) -> Result<()> {
             pool.as_ref(),
         )?;
         let pp_time = t.elapsed().as_secs_f64();
-        if run > 0 && bw_before.is_none() {
+        if run == 1 {
+            // Before the first timed tg run; each later run's "before" is
+            // the probe after the run ahead of it.
             bw_before = measure();
             bw_s.extend(bw_before);
         }

@@ -214,7 +214,7 @@ fn check(quant: &str, floor: f64) {
     }
     println!();
     let mut failures = Vec::new();
-    if let Some((_, fa_spread, _)) = others.first() {
+    if let Some((_, fa_spread, _)) = others.iter().find(|(name, ..)| *name == "FA off") {
         let (s_min, s_mean) = min_mean(fa_spread);
         if l_min < s_min - 0.001 {
             failures.push(format!(
