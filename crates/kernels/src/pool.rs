@@ -75,11 +75,15 @@ impl ThreadPool for Rayon {
     /// every `run` injects a job into rayon's global queue (a linked list
     /// that allocates a block every 63 jobs) and sleeps on a latch; from a
     /// worker, `run` pushes onto that worker's own deque, which allocates
-    /// nothing once warm.
+    /// nothing once warm. Before `f`, every worker runs an empty job: each
+    /// has then started and registered with crossbeam's epoch (one
+    /// allocation per thread, at its first steal), which a worker whose OS
+    /// thread started late would otherwise do inside `f`, on the per-token path.
     fn install(&self, f: &mut (dyn FnMut() + Send)) {
         if rayon::current_thread_index().is_some() {
             f()
         } else {
+            rayon::broadcast(|_| ());
             rayon::scope(|_| f())
         }
     }
