@@ -17,9 +17,9 @@ mod value;
 mod write;
 
 pub use error::{Error, Result};
-/// The memory map type handed out by [`map_read_only`].
-pub use memmap2::Mmap;
-pub use mmap::{map_read_only, read_into_memory};
+/// The memory map types handed out by [`map_read_only`] and [`anonymous`].
+pub use memmap2::{Mmap, MmapMut};
+pub use mmap::{anonymous, map_read_only, read_into_memory};
 pub use read::{DEFAULT_ALIGNMENT, Gguf, MAX_ARRAY_DEPTH, MAX_DIMS, TensorInfo};
 pub use types::GgmlType;
 pub use value::{ArrayIter, ArrayView, OwnedValue, Value, ValueType};

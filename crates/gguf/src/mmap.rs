@@ -43,3 +43,27 @@ pub fn read_into_memory(path: &Path) -> io::Result<memmap2::Mmap> {
     file.read_exact(&mut map)?;
     map.make_read_only()
 }
+
+/// `len` bytes of zeroed anonymous memory advised into 2 MiB pages, for
+/// data a loader derives from a file (weights rewritten into another
+/// layout) that is streamed as the file's tensors are.
+pub fn anonymous(len: usize) -> io::Result<memmap2::MmapMut> {
+    let map = memmap2::MmapMut::map_anon(len.max(1))?;
+    #[cfg(target_os = "linux")]
+    let _ = map.advise(memmap2::Advice::HugePage);
+    Ok(map)
+}
+
+/// Takes this process's pages of `len` bytes at `offset` of a read-only
+/// *file* mapping ([`map_read_only`]) out of its resident set: the page
+/// cache keeps them, and a later read maps them back in, the same bytes.
+/// For a loader that has copied that part of the file into another layout.
+pub(crate) fn release_file_pages(map: &memmap2::Mmap, offset: usize, len: usize) -> io::Result<()> {
+    // SAFETY: `MADV_DONTNEED` only unmaps pages: on a read-only shared file
+    // mapping (the only kind the caller passes, see `Gguf::release`) the next
+    // access faults the same file bytes back in, so no reader can observe a
+    // change (the immutable-file assumption of `map_read_only` still holds).
+    // memmap2 checks the range against the map and widens it to whole pages
+    // (the widened part is released the same harmless way).
+    unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, len) }
+}

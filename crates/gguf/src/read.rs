@@ -205,6 +205,9 @@ impl TensorInfo {
 #[derive(Debug)]
 pub struct Gguf<D = memmap2::Mmap> {
     data: D,
+    /// Whether `data` maps the file itself ([`Gguf::open`]), rather than
+    /// holding a copy ([`Gguf::read`], [`Gguf::from_bytes`]).
+    file_mapped: bool,
     version: u32,
     alignment: u64,
     data_offset: u64,
@@ -217,7 +220,9 @@ pub struct Gguf<D = memmap2::Mmap> {
 impl Gguf<memmap2::Mmap> {
     /// Opens and parses a file, mapping it read-only.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
-        Gguf::load(path.as_ref(), crate::mmap::map_read_only)
+        let mut g = Gguf::load(path.as_ref(), crate::mmap::map_read_only)?;
+        g.file_mapped = true;
+        Ok(g)
     }
 
     /// Reads and parses a file held in anonymous memory on 2 MiB pages
@@ -233,6 +238,35 @@ impl Gguf<memmap2::Mmap> {
         })?;
         Gguf::from_bytes(map)
     }
+
+    /// Rewrites the bytes of a file read into memory ([`Gguf::read`]) in
+    /// place: `f` gets the whole file, writable, and what it returns comes
+    /// back with the file. `None`, with `f` not called, for a mapped file,
+    /// whose pages are the page cache's. Whatever `f` writes, the header
+    /// parsed at open stays the one in use: callers rewrite tensor data only.
+    /// An error (the memory's protection could not change) consumes the file.
+    pub fn rewrite<R>(self, f: impl FnOnce(&mut [u8]) -> R) -> std::io::Result<(Self, Option<R>)> {
+        if self.file_mapped {
+            return Ok((self, None));
+        }
+        let Gguf { data, .. } = self;
+        let mut data = data.make_mut()?;
+        let out = f(&mut data);
+        let data = data.make_read_only()?;
+        Ok((Gguf { data, ..self }, Some(out)))
+    }
+
+    /// Takes `len` bytes at `offset` of a mapped file ([`Gguf::open`]) out of
+    /// this process's resident memory (they stay in the page cache and
+    /// come back, unchanged, if read again), for data a loader has copied
+    /// elsewhere. `Ok(false)` and nothing done for a file held in memory.
+    pub fn release(&self, offset: usize, len: usize) -> std::io::Result<bool> {
+        if !self.file_mapped {
+            return Ok(false);
+        }
+        crate::mmap::release_file_pages(&self.data, offset, len)?;
+        Ok(true)
+    }
 }
 
 impl<D: AsRef<[u8]>> Gguf<D> {
@@ -241,6 +275,7 @@ impl<D: AsRef<[u8]>> Gguf<D> {
         let parsed = parse(data.as_ref())?;
         Ok(Gguf {
             data,
+            file_mapped: false,
             version: parsed.version,
             alignment: parsed.alignment,
             data_offset: parsed.data_offset,

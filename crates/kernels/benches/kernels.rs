@@ -10,7 +10,7 @@
 //! `LAMINA_BENCH_TOKENS=1,512` to those token counts.
 
 use criterion::{Criterion, black_box, criterion_group, criterion_main};
-use lamina_kernels::matmul::{Scratch, Weights, matmul};
+use lamina_kernels::matmul::{Layout, Scratch, Weights, matmul};
 use lamina_kernels::spin::SpinPool;
 use lamina_kernels::{GgmlType, Isa, kernels};
 use std::time::Instant;
@@ -258,44 +258,62 @@ fn bench(c: &mut Criterion) {
                 continue;
             }
             let w = weights(ty, rows, cols);
-            let wm = Weights {
-                kernels: k,
-                data: &w,
-                rows,
-                cols,
-            };
-            for &tokens in &token_counts {
-                let x: Vec<f32> = (0..tokens * cols)
-                    .map(|i| (i % 13) as f32 * 0.1 - 0.6)
-                    .collect();
-                let mut y = vec![0f32; tokens * rows];
-                let mut s = Scratch::with_capacity(k, cols, tokens);
-                // One warm-up call (scratch growth, page faults, waking the
-                // pool), then the median of enough calls to fill ~0.3 s.
-                let time = |s: &mut Scratch, y: &mut [f32]| {
-                    let t = Instant::now();
-                    matmul(&wm, &x, tokens, y, s, &pool).unwrap();
-                    t.elapsed().as_secs_f64()
+            // Where the ISA has them, the same matrix stored as panels too.
+            let stored = k.stored.filter(|_| rows % 16 == 0).map(|st| {
+                let mut p = huge(w.len());
+                let pb = 16 * k.weight_row_bytes(cols);
+                for (src, dst) in w.chunks_exact(pb).zip(p.chunks_exact_mut(pb)) {
+                    (st.store)(cols, src, dst);
+                }
+                p
+            });
+            let layouts = std::iter::once((&w[..], Layout::Rows))
+                .chain(stored.as_deref().map(|p| (p, Layout::Panels)));
+            for (data, layout) in layouts {
+                let wm = Weights {
+                    kernels: k,
+                    data,
+                    rows,
+                    cols,
+                    layout,
                 };
-                let first = time(&mut s, &mut y);
-                let reps = ((0.3 / first) as usize).clamp(5, 200);
-                let mut times: Vec<f64> = (0..reps).map(|_| time(&mut s, &mut y)).collect();
-                times.sort_by(f64::total_cmp);
-                let dt = times[reps / 2];
-                let gbs = w.len() as f64 / dt / 1e9;
-                let gops = 2.0 * (rows * cols * tokens) as f64 / dt / 1e9;
-                eprintln!(
-                    "{ty:5} {rows:>6}x{cols:<5} T={tokens:<4} {:9.3} ms  {gbs:6.1} GB/s ({:5.1}% of bw)  {gops:7.1} GOP/s ({:5.1}% of int8 peak)",
-                    dt * 1e3,
-                    100.0 * gbs / bw,
-                    100.0 * gops / peak
-                );
-                if rows <= 3072 && (tokens == 1 || tokens == 59) {
-                    g.bench_function(format!("{ty}/{rows}x{cols}/T{tokens}"), |b| {
-                        b.iter(|| {
-                            matmul(&wm, black_box(&x), tokens, &mut y, &mut s, &pool).unwrap()
-                        })
-                    });
+                let label = match layout {
+                    Layout::Rows => "",
+                    Layout::Panels => " stored",
+                };
+                for &tokens in &token_counts {
+                    let x: Vec<f32> = (0..tokens * cols)
+                        .map(|i| (i % 13) as f32 * 0.1 - 0.6)
+                        .collect();
+                    let mut y = vec![0f32; tokens * rows];
+                    let mut s = Scratch::with_capacity(k, cols, tokens);
+                    // One warm-up call (scratch growth, page faults, waking the
+                    // pool), then the median of enough calls to fill ~0.3 s.
+                    let time = |s: &mut Scratch, y: &mut [f32]| {
+                        let t = Instant::now();
+                        matmul(&wm, &x, tokens, y, s, &pool).unwrap();
+                        t.elapsed().as_secs_f64()
+                    };
+                    let first = time(&mut s, &mut y);
+                    let reps = ((0.3 / first) as usize).clamp(5, 200);
+                    let mut times: Vec<f64> = (0..reps).map(|_| time(&mut s, &mut y)).collect();
+                    times.sort_by(f64::total_cmp);
+                    let dt = times[reps / 2];
+                    let gbs = w.len() as f64 / dt / 1e9;
+                    let gops = 2.0 * (rows * cols * tokens) as f64 / dt / 1e9;
+                    eprintln!(
+                        "{ty:5}{label} {rows:>6}x{cols:<5} T={tokens:<4} {:9.3} ms  {gbs:6.1} GB/s ({:5.1}% of bw)  {gops:7.1} GOP/s ({:5.1}% of int8 peak)",
+                        dt * 1e3,
+                        100.0 * gbs / bw,
+                        100.0 * gops / peak
+                    );
+                    if rows <= 3072 && (tokens == 1 || tokens == 59) {
+                        g.bench_function(format!("{ty}{label}/{rows}x{cols}/T{tokens}"), |b| {
+                            b.iter(|| {
+                                matmul(&wm, black_box(&x), tokens, &mut y, &mut s, &pool).unwrap()
+                            })
+                        });
+                    }
                 }
             }
         }

@@ -15,7 +15,7 @@
 //! Once the scratch is large enough, a call allocates nothing.
 
 use crate::pack::{self, TILE};
-use crate::panel::{PANEL_ROWS, PANEL_TOKENS, PanelFns};
+use crate::panel::{PANEL_ROWS, PANEL_TOKENS, PanelFns, StoredPanelFns};
 use crate::pool::ThreadPool;
 use crate::{KernelError, TypeKernels};
 
@@ -125,6 +125,19 @@ pub struct Weights<'a> {
     pub data: &'a [u8],
     pub rows: usize,
     pub cols: usize,
+    pub layout: Layout,
+}
+
+/// How a matrix's bytes are laid out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Layout {
+    /// ggml's: row after row of blocks, as in the file.
+    #[default]
+    Rows,
+    /// Sixteen rows at a time as stored panels
+    /// ([`crate::panel::StoredPanelFns::store`]): only for weight types whose
+    /// kernels have `stored`, and a whole number of panels.
+    Panels,
 }
 
 /// Computes `y[t * rows + r] = W[r] · x[t * cols ..]` for `t < tokens`, `r < rows`:
@@ -157,9 +170,10 @@ pub fn matmul_many<const N: usize>(
     // Outputs must not alias one another (they are distinct `&mut`, so they cannot).
     let k = wms[0].kernels;
     let cols = wms[0].cols;
+    let layout = wms[0].layout;
     if wms
         .iter()
-        .any(|w| w.kernels.weight != k.weight || w.cols != cols)
+        .any(|w| w.kernels.weight != k.weight || w.cols != cols || w.layout != layout)
     {
         for (wm, y) in wms.into_iter().zip(ys) {
             matmul_many([wm], x, tokens, [y], scratch, pool)?;
@@ -173,8 +187,30 @@ pub fn matmul_many<const N: usize>(
         }
         return Ok(());
     }
+    if layout == Layout::Panels {
+        // `check_shapes` made sure the kernels have both.
+        let (Some(stored), Some(panel)) = (k.stored, k.panel) else {
+            unreachable!("stored panels without their kernels")
+        };
+        if tokens == 1 {
+            stored_single(stored, panel, wms, x, ys, scratch, pool);
+        } else {
+            // Nothing to unpack: stored panels take every batch.
+            panel_matmul(
+                stored.panel_fns(panel),
+                true,
+                wms,
+                x,
+                tokens,
+                ys,
+                scratch,
+                pool,
+            );
+        }
+        return Ok(());
+    }
     if let Some(panel) = k.panel.filter(|p| tokens >= p.min_tokens) {
-        panel_matmul(panel, wms, x, tokens, ys, scratch, pool);
+        panel_matmul(panel, false, wms, x, tokens, ys, scratch, pool);
         return Ok(());
     }
     let arow = k.activation_row_bytes(cols);
@@ -352,12 +388,63 @@ fn grow(buf: &mut Vec<u8>, len: usize) {
     }
 }
 
+/// [`matmul_many`] for one token over stored panels (shapes checked, one
+/// weight type): the activation prepared once, then tasks of whole panels
+/// as [`single_token_chunk_rows`] splits rows, each streaming its panels
+/// through the ISA's one-token kernel into its rows of the output.
+fn stored_single<const N: usize>(
+    s: StoredPanelFns,
+    p: PanelFns,
+    wms: [&Weights<'_>; N],
+    x: &[f32],
+    ys: [&mut [f32]; N],
+    scratch: &mut Scratch,
+    pool: &dyn ThreadPool,
+) {
+    let k = wms[0].kernels;
+    let cols = wms[0].cols;
+    let (arow, prow, wrow) = (
+        k.activation_row_bytes(cols),
+        p.act_row_bytes(cols),
+        k.weight_row_bytes(cols),
+    );
+    scratch.reserve(k, cols, 1);
+    grow(&mut scratch.packed, prow);
+    let prepared = &mut scratch.packed[..prow];
+    match p.quantize_prepared {
+        Some(quantize_prepared) => quantize_prepared(x, prepared),
+        None => {
+            let act = &mut scratch.buf[..arow];
+            (k.quantize_activation)(x, act);
+            (p.prepare)(cols, act, prepared);
+        }
+    }
+    let prepared = &*prepared;
+    let total_rows: usize = wms.iter().map(|w| w.rows).sum();
+    let chunk = single_token_chunk_rows(total_rows, pool.threads()).next_multiple_of(PANEL_ROWS);
+    let tasks = RowTasks::new(&wms, chunk);
+    let mut ys = ys;
+    let outs: [Out<f32>; N] = std::array::from_fn(|m| Out(ys[m].as_mut_ptr()));
+    let outs = &outs;
+    pool.run(tasks.count(), &|task| {
+        // Rows and chunks are whole panels, so each task's rows are too.
+        let (m, r0, r1) = tasks.locate(task);
+        // SAFETY: `ys[m]` holds `rows` values (one token, `check_shapes`) and
+        // `r0 < r1 <= rows`; each task owns rows `r0..r1` of one matrix, so no two
+        // tasks write the same element, and `ys` were distinct `&mut` slices.
+        let out = unsafe { std::slice::from_raw_parts_mut(outs[m].0.add(r0), r1 - r0) };
+        (s.single)(cols, &wms[m].data[r0 * wrow..r1 * wrow], prepared, out);
+    });
+}
+
 /// [`matmul_many`] through weight panels (shapes checked, one weight type):
 /// the activations quantized and prepared 8 tokens per task (padded with
 /// zero rows to a multiple of 4), then tasks of whole panels, each
 /// unpacking its panels into its own part of the scratch.
+#[allow(clippy::too_many_arguments)]
 fn panel_matmul<const N: usize>(
     p: PanelFns,
+    stored: bool,
     wms: [&Weights<'_>; N],
     x: &[f32],
     tokens: usize,
@@ -421,7 +508,8 @@ fn panel_matmul<const N: usize>(
     // runs blocks of `PANEL_TOKEN_BLOCK` tokens over the whole slab, so the
     // block's prepared activations stay in cache across its panels.
     let slab = (PANEL_SLAB_BYTES / pbytes).clamp(1, chunk / PANEL_ROWS);
-    let task_bytes = slab * pbytes;
+    // Stored panels are multiplied where they lie: no buffers.
+    let task_bytes = if stored { 0 } else { slab * pbytes };
     let token_block = (PANEL_ACT_BLOCK_BYTES / prow / PANEL_TOKENS * PANEL_TOKENS)
         .clamp(PANEL_TOKENS, PANEL_TOKEN_BLOCK);
     grow(&mut scratch.panels, n_tasks * task_bytes);
@@ -457,14 +545,20 @@ fn panel_matmul<const N: usize>(
         for s0 in (r0..r1).step_by(slab * PANEL_ROWS) {
             let s1 = (s0 + slab * PANEL_ROWS).min(r1);
             let starts = (s0..s1).step_by(PANEL_ROWS);
-            for (r, panel) in starts.clone().zip(buf.chunks_exact_mut(pbytes)) {
-                let re = (r + PANEL_ROWS).min(s1);
-                (p.unpack)(cols, &w[r * wrow..re * wrow], panel);
-            }
+            let slab_panels: &[u8] = if stored {
+                // Whole panels (`check_shapes`), each its sixteen rows' bytes.
+                &w[s0 * wrow..s1 * wrow]
+            } else {
+                for (r, panel) in starts.clone().zip(buf.chunks_exact_mut(pbytes)) {
+                    let re = (r + PANEL_ROWS).min(s1);
+                    (p.unpack)(cols, &w[r * wrow..re * wrow], panel);
+                }
+                &*buf
+            };
             let mut prefetch = Prefetch::new(ahead(s1), calls_per_slab);
             for b0 in (0..padded).step_by(token_block) {
                 let b1 = (b0 + token_block).min(padded);
-                for (r, panel) in starts.clone().zip(buf.chunks_exact(pbytes)) {
+                for (r, panel) in starts.clone().zip(slab_panels.chunks_exact(pbytes)) {
                     let re = (r + PANEL_ROWS).min(s1);
                     let mut t = b0;
                     while t < b1 {
@@ -690,7 +784,21 @@ fn check_shapes(wm: &Weights<'_>, x: &[f32], tokens: usize, y: &[f32]) -> Result
         data: w,
         rows,
         cols,
+        layout,
     } = *wm;
+    if layout == Layout::Panels
+        && (k.stored.is_none() || k.panel.is_none() || !rows.is_multiple_of(PANEL_ROWS))
+    {
+        return Err(KernelError::Shape(format!(
+            "{} weights {rows}×{cols} stored as panels: {}",
+            k.weight,
+            if rows.is_multiple_of(PANEL_ROWS) {
+                "this ISA has no kernels for them"
+            } else {
+                "not a whole number of panels"
+            }
+        )));
+    }
     let wrow = k.weight_row_bytes(cols);
     if !cols.is_multiple_of(k.weight.block_size())
         || !cols.is_multiple_of(k.activation.block_size())
@@ -753,6 +861,7 @@ mod tests {
                             data: &w,
                             rows,
                             cols,
+                            layout: Layout::Rows,
                         },
                         &x,
                         tokens,
@@ -821,6 +930,7 @@ mod tests {
                             data: &[],
                             rows,
                             cols,
+                            layout: Layout::Rows,
                         };
                         let x = vec![0.5f32; tokens * cols];
                         let mut y = vec![f32::NAN; tokens * rows];
@@ -842,6 +952,7 @@ mod tests {
                 data: &[0u8; 34],
                 rows: 2,
                 cols: 32,
+                layout: Layout::Rows,
             },
             &[0.0; 32],
             1,
@@ -857,6 +968,7 @@ mod tests {
                 data: &[0u8; 34],
                 rows: 1,
                 cols: 31,
+                layout: Layout::Rows,
             },
             &[0.0; 31],
             1,

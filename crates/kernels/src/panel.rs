@@ -385,3 +385,129 @@ pub fn prepare_q6_k(cols: usize, act: &[u8], out: &mut [u8]) {
         }
     }
 }
+
+// ------------------------------------------------------------ stored panels
+//
+// A Q8_0 matrix whose rows come in whole panels can be *stored* as panels
+// (rewritten once, at load): then no call unpacks it, and decoding reads
+// sixteen rows per 512-bit vector with one broadcast activation dword per
+// `vpdpbusd`, about a quarter of the instructions per byte of the eight-row
+// kernel over ggml's rows (which left single-token matmuls compute-bound
+// where a host's memory is fast).
+
+/// Bytes per block of a stored Q8_0 panel: the legacy panel's 512 bytes of
+/// quants (`w + 128`), then the sixteen rows' scales as the file's f16. That
+/// is exactly the sixteen rows' blocks, so a matrix keeps its size stored.
+pub const STORED_Q8_0_BLOCK: usize = 544;
+
+/// Sixteen whole weight rows → their stored panel (`out`, the same length).
+pub type StoreFn = fn(cols: usize, rows: &[u8], out: &mut [u8]);
+/// Row `r` of a stored panel back in ggml's layout (`out`: one row).
+pub type StoredRowFn = fn(cols: usize, panel: &[u8], r: usize, out: &mut [u8]);
+/// Row `r` of a stored panel dequantized (`out`: the row's values), with
+/// the bits of dequantizing it from ggml's layout.
+pub type StoredDequantizeFn = fn(cols: usize, panel: &[u8], r: usize, out: &mut [f32]);
+/// Stored panels back to back against one prepared activation row:
+/// `out[16·p + r]` is panel `p`'s row `r`, with the row kernel's bits.
+pub type StoredDotFn = fn(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]);
+
+/// The stored-panel functions of one weight type on one ISA. Activations
+/// are prepared as for the type's [`PanelFns`].
+#[derive(Clone, Copy, Debug)]
+pub struct StoredPanelFns {
+    pub store: StoreFn,
+    pub row: StoredRowFn,
+    /// Embedding lookups in a stored token embedding (a tied LM head).
+    pub dequantize_row: StoredDequantizeFn,
+    /// One token (decoding), over any number of whole panels.
+    pub single: StoredDotFn,
+    /// [`PANEL_TOKENS`] tokens on one stored panel.
+    pub wide: PanelFn,
+    /// Half as many.
+    pub narrow: PanelFn,
+    /// Stored bytes per weight block.
+    pub block_bytes: usize,
+}
+
+impl StoredPanelFns {
+    /// `p` (the type's panel functions) multiplying stored panels in place
+    /// of unpacked ones.
+    pub fn panel_fns(&self, p: PanelFns) -> PanelFns {
+        PanelFns {
+            wide: self.wide,
+            narrow: self.narrow,
+            block_bytes: self.block_bytes,
+            ..p
+        }
+    }
+}
+
+/// Checks a stored Q8_0 panel's shape; returns its blocks per row.
+fn stored_q8_0_shape(cols: usize, panel_len: usize) -> usize {
+    assert!(
+        cols > 0 && cols.is_multiple_of(32),
+        "Q8_0: {cols} values is not whole blocks"
+    );
+    let nb = cols / 32;
+    assert_eq!(panel_len, nb * STORED_Q8_0_BLOCK, "stored Q8_0 panel size");
+    nb
+}
+
+pub fn store_q8_0(cols: usize, rows: &[u8], out: &mut [u8]) {
+    let nb = stored_q8_0_shape(cols, out.len());
+    assert_eq!(rows.len(), out.len(), "a stored panel is its sixteen rows");
+    let wrow = nb * 34;
+    for (i, dst) in out.chunks_exact_mut(STORED_Q8_0_BLOCK).enumerate() {
+        for r in 0..PANEL_ROWS {
+            let b: &[u8; 34] = rows[r * wrow + i * 34..][..34].try_into().unwrap();
+            for (k, q) in q8_0_dwords(b).into_iter().enumerate() {
+                put(dst, 64 * k + 4 * r, q.to_le_bytes());
+            }
+            dst[512 + 2 * r..514 + 2 * r].copy_from_slice(&b[..2]);
+        }
+    }
+}
+
+pub fn stored_row_q8_0(cols: usize, panel: &[u8], r: usize, out: &mut [u8]) {
+    let nb = stored_q8_0_shape(cols, panel.len());
+    assert!(
+        r < PANEL_ROWS,
+        "a panel has {PANEL_ROWS} rows, not {}",
+        r + 1
+    );
+    assert_eq!(out.len(), nb * 34, "Q8_0 row size");
+    for (src, b) in panel
+        .chunks_exact(STORED_Q8_0_BLOCK)
+        .zip(out.chunks_exact_mut(34))
+    {
+        b[..2].copy_from_slice(&src[512 + 2 * r..514 + 2 * r]);
+        for k in 0..8 {
+            put(
+                b,
+                2 + 4 * k,
+                (u32_at(src, 64 * k + 4 * r) ^ 0x8080_8080).to_le_bytes(),
+            );
+        }
+    }
+}
+
+pub fn stored_dequantize_row_q8_0(cols: usize, panel: &[u8], r: usize, out: &mut [f32]) {
+    stored_q8_0_shape(cols, panel.len());
+    assert!(
+        r < PANEL_ROWS,
+        "a panel has {PANEL_ROWS} rows, not {}",
+        r + 1
+    );
+    assert_eq!(out.len(), cols, "Q8_0 row length");
+    for (src, y) in panel
+        .chunks_exact(STORED_Q8_0_BLOCK)
+        .zip(out.chunks_exact_mut(32))
+    {
+        // ggml's `x·d` per value, `d` widened from f16 exactly.
+        let d = f16_at(src, 512 + 2 * r);
+        for (j, y) in y.iter_mut().enumerate() {
+            let q = src[64 * (j / 4) + 4 * r + j % 4] ^ 0x80;
+            *y = q as i8 as f32 * d;
+        }
+    }
+}

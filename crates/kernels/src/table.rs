@@ -69,6 +69,10 @@ pub struct TypeKernels {
     /// Weight panels for large batches ([`crate::panel`]); `None` where the
     /// ISA has none (the tiles or rows then take every batch).
     pub panel: Option<crate::panel::PanelFns>,
+    /// Where the ISA multiplies matrices stored as panels
+    /// ([`crate::panel::StoredPanelFns`]; then `panel` is `Some` too):
+    /// `None` elsewhere, and a caller keeps ggml's rows.
+    pub stored: Option<crate::panel::StoredPanelFns>,
 }
 
 /// Which kernels of an entry are not the scalar reference.
@@ -107,6 +111,7 @@ macro_rules! scalar_entry {
             vec_dot_rows8: None,
             tiles: None,
             panel: None,
+            stored: None,
         }
     };
 }

@@ -215,6 +215,7 @@ pub fn check_case(k: &TypeKernels, seed: u64, nblocks: usize, style: u64) {
     let row = check_rows(k, r, n, &w, &cols, seed);
     check_tiles(k, n, &w, &cols, &row, seed, false);
     check_panel(k, n, &w, &cols, seed, style % 5);
+    check_stored(k, n, &w, &cols, seed, style % 5);
     check_quantize_prepared(k, n, &xs, &cols, seed);
 }
 
@@ -436,6 +437,7 @@ pub fn check_dot_only(k: &TypeKernels, seed: u64, nblocks: usize, style: u64) {
     // The SIMD tiles and x4 kernels keep their row kernel's arithmetic exactly.
     check_tiles(k, n, &w, &cols, &row, seed, true);
     check_panel(k, n, &w, &cols, seed, style % 5);
+    check_stored(k, n, &w, &cols, seed, style % 5);
 }
 
 /// A panel's one-pass quantize-and-prepare (where it has one) against its
@@ -539,6 +541,106 @@ fn check_panel(k: &TypeKernels, n: usize, w: &[u8], cols: &[Vec<u8>], seed: u64,
                     );
                 }
             }
+        }
+    }
+}
+
+/// Stored panels (where the ISA has them): two panels of sixteen rows
+/// (`w` first) stored and read back byte for byte, dequantized rows equal
+/// to the rows' own, and the one-token, wide and narrow kernels each giving
+/// every (row, token) the row kernel's bits.
+fn check_stored(k: &TypeKernels, n: usize, w: &[u8], cols: &[Vec<u8>], seed: u64, style: u64) {
+    let (Some(s), Some(p)) = (k.stored, k.panel) else {
+        return;
+    };
+    let ty = k.weight;
+    let mut rng = Rng(seed ^ 0x5EED_57AB);
+    let rows: Vec<Vec<u8>> = std::iter::once(w.to_vec())
+        .chain((1..32).map(|_| weight_row(&mut rng, ty, n, style)))
+        .collect();
+    let wrow = w.len();
+    let pb = 16 * wrow;
+    let flat = rows.concat();
+    let mut stored = vec![0xAAu8; flat.len()];
+    for (src, dst) in flat.chunks_exact(pb).zip(stored.chunks_exact_mut(pb)) {
+        (s.store)(n, src, dst);
+    }
+    // Under Miri (about 1000× slower) a few rows only.
+    let checked: Vec<usize> = if cfg!(miri) {
+        vec![0, 17, 31]
+    } else {
+        (0..32).collect()
+    };
+    for &r in &checked {
+        let panel = &stored[r / 16 * pb..][..pb];
+        let mut back = vec![0x55u8; wrow];
+        (s.row)(n, panel, r % 16, &mut back);
+        assert!(
+            back == rows[r],
+            "{} {ty}: stored row {r} read back unlike it was (seed {seed})",
+            k.isa
+        );
+        // The block casts want the blocks' alignment (Miri's allocations
+        // give a `Vec<u8>` none).
+        let mut aligned = vec![0u16; wrow.div_ceil(2)];
+        let bytes = &mut bytemuck::cast_slice_mut::<u16, u8>(&mut aligned)[..wrow];
+        bytes.copy_from_slice(&rows[r]);
+        let mut want = vec![0f32; n];
+        lamina_quant::dequantize_row(ty, bytes, &mut want).unwrap();
+        let mut got = vec![f32::NAN; n];
+        (s.dequantize_row)(n, panel, r % 16, &mut got);
+        assert!(
+            got.iter()
+                .map(|v| v.to_bits())
+                .eq(want.iter().map(|v| v.to_bits())),
+            "{} {ty}: stored row {r} dequantized unlike the row (seed {seed})",
+            k.isa
+        );
+    }
+    let prow = p.act_row_bytes(n);
+    let prepared: Vec<u8> = cols
+        .iter()
+        .flat_map(|a| {
+            let mut out = vec![0xAAu8; prow];
+            (p.prepare)(n, a, &mut out);
+            out
+        })
+        .collect();
+    let mut single = vec![f32::NAN; 32];
+    (s.single)(n, &stored, &prepared[..prow], &mut single);
+    let mut wide = vec![f32::NAN; 16 * 8];
+    (s.wide)(n, &stored[pb..], &prepared, &mut wide);
+    let mut narrow = vec![f32::NAN; 16 * 4];
+    (s.narrow)(n, &stored[..pb], &prepared[4 * prow..], &mut narrow);
+    for &r in &checked {
+        let (tokens, got_of): (&[usize], &dyn Fn(usize) -> f32) = if r < 16 {
+            (&[0, 4, 5, 6, 7], &|t| {
+                if t == 0 {
+                    single[r]
+                } else {
+                    narrow[16 * (t - 4) + r]
+                }
+            })
+        } else {
+            (&[0, 1, 2, 3, 4, 5, 6, 7], &|t| wide[16 * t + r - 16])
+        };
+        for &t in tokens {
+            let want = (k.vec_dot)(n, &rows[r], &cols[t]);
+            let got = got_of(t);
+            assert!(
+                got.to_bits() == want.to_bits(),
+                "{} {ty}: stored panel row {r} token {t}: {got} vs row kernel {want} (seed {seed})",
+                k.isa
+            );
+        }
+        if r >= 16 {
+            let want = (k.vec_dot)(n, &rows[r], &cols[0]);
+            assert!(
+                single[r].to_bits() == want.to_bits(),
+                "{} {ty}: stored panel row {r}, one token: {} vs row kernel {want} (seed {seed})",
+                k.isa,
+                single[r]
+            );
         }
     }
 }

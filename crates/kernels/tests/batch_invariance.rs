@@ -3,7 +3,7 @@
 //! must not depend on the other texts packed with it, and with quantized
 //! activations any rounding difference grows into a visible one.
 
-use lamina_kernels::matmul::{Scratch, Weights, matmul};
+use lamina_kernels::matmul::{Layout, Scratch, Weights, matmul};
 use lamina_kernels::pool::Serial;
 use lamina_kernels::{GgmlType, Isa, kernels_for};
 
@@ -55,6 +55,7 @@ fn batch_position_does_not_change_a_tokens_result() {
             data: &w,
             rows,
             cols,
+            layout: Layout::Rows,
         };
         let x = pseudo(tokens * cols, 11);
         let mut scratch = Scratch::new();
@@ -109,4 +110,74 @@ fn avx512_row_kernels_give_avx2_bits() {
             }
         }
     }
+}
+
+/// A matrix stored as panels (where the ISA has them) gives every token the
+/// bits of the file's rows, whatever the batch: one token (the decoding
+/// kernel), narrow and wide panel calls, padded batches.
+#[test]
+fn stored_panels_give_the_rows_bits() {
+    for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+        let k = kernels_for(GgmlType::Q8_0, isa).unwrap();
+        let Some(stored) = k.stored else {
+            continue;
+        };
+        let (rows, cols) = (48, 1024);
+        let wrow = k.weight_row_bytes(cols);
+        let mut w = vec![0u8; rows * wrow];
+        lamina_quant::quantize_row(GgmlType::Q8_0, &pseudo(rows * cols, 5), &mut w).unwrap();
+        let mut panels = vec![0u8; w.len()];
+        for (src, dst) in w
+            .chunks_exact(16 * wrow)
+            .zip(panels.chunks_exact_mut(16 * wrow))
+        {
+            (stored.store)(cols, src, dst);
+        }
+        let weights = |data, layout| Weights {
+            kernels: k,
+            data,
+            rows,
+            cols,
+            layout,
+        };
+        let (by_rows, by_panels) = (weights(&w, Layout::Rows), weights(&panels, Layout::Panels));
+        let mut scratch = Scratch::new();
+        for tokens in [1, 2, 3, 5, 8, 14, 21, 40] {
+            let x = pseudo(tokens * cols, 13 + tokens as u32);
+            let mut want = vec![0f32; tokens * rows];
+            matmul(&by_rows, &x, tokens, &mut want, &mut scratch, &Serial).unwrap();
+            let mut got = vec![f32::NAN; tokens * rows];
+            matmul(&by_panels, &x, tokens, &mut got, &mut scratch, &Serial).unwrap();
+            for (i, (a, b)) in want.iter().zip(&got).enumerate() {
+                assert_eq!(
+                    a.to_bits(),
+                    b.to_bits(),
+                    "{} {tokens} tokens, token {} row {}: rows {a}, stored panels {b}",
+                    isa.name(),
+                    i / rows,
+                    i % rows
+                );
+            }
+        }
+        // Not whole panels, or an ISA without them: refused, not miscomputed.
+        let short = Weights {
+            rows: 40,
+            data: &panels[..40 * wrow],
+            ..by_panels
+        };
+        let mut y = vec![0f32; 40];
+        assert!(matmul(&short, &pseudo(cols, 1), 1, &mut y, &mut scratch, &Serial).is_err());
+    }
+    let scalar = kernels_for(GgmlType::Q8_0, Isa::Scalar).unwrap();
+    let w = vec![0u8; 16 * scalar.weight_row_bytes(64)];
+    let wm = Weights {
+        kernels: scalar,
+        data: &w,
+        rows: 16,
+        cols: 64,
+        layout: Layout::Panels,
+    };
+    let mut y = vec![0f32; 16];
+    let err = matmul(&wm, &pseudo(64, 1), 1, &mut y, &mut Scratch::new(), &Serial).unwrap_err();
+    assert!(err.to_string().contains("no kernels"), "{err}");
 }

@@ -3,10 +3,10 @@
 //! allocator proves it, for T = 1 and a tiled batch, serial and on rayon
 //! (from inside its pool, as the engine calls it).
 
-use lamina_kernels::matmul::{Scratch, Weights, matmul};
+use lamina_kernels::matmul::{Layout, Scratch, Weights, matmul};
 use lamina_kernels::pool::{Rayon, Serial, ThreadPool};
 use lamina_kernels::{GgmlType, kernels};
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 struct Counting;
@@ -14,16 +14,16 @@ static ALLOCS: AtomicUsize = AtomicUsize::new(0);
 
 // SAFETY: forwards to the system allocator unchanged; only counts calls.
 unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+    unsafe fn alloc(&self, l: AllocLayout) -> *mut u8 {
         ALLOCS.fetch_add(1, Ordering::Relaxed);
         // SAFETY: same contract as our caller's.
         unsafe { System.alloc(l) }
     }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+    unsafe fn dealloc(&self, p: *mut u8, l: AllocLayout) {
         // SAFETY: same contract as our caller's.
         unsafe { System.dealloc(p, l) }
     }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+    unsafe fn realloc(&self, p: *mut u8, l: AllocLayout, n: usize) -> *mut u8 {
         ALLOCS.fetch_add(1, Ordering::Relaxed);
         // SAFETY: same contract as our caller's.
         unsafe { System.realloc(p, l, n) }
@@ -42,13 +42,21 @@ fn matmul_does_not_allocate_once_scratch_is_sized() {
         let x: Vec<f32> = (0..tokens * cols).map(|i| (i % 17) as f32 - 8.0).collect();
         let mut y = vec![0f32; tokens * rows];
         let mut scratch = Scratch::with_capacity(k, cols, tokens);
-        let wm = Weights {
-            kernels: k,
-            data: &w,
-            rows,
-            cols,
-        };
-        for pool in [&Serial as &dyn ThreadPool, &Rayon] {
+        // The file's rows, and (where the ISA has them) stored panels: the
+        // same bytes read another way suffice to exercise the path.
+        let layouts = [Some(Layout::Rows), k.stored.map(|_| Layout::Panels)];
+        for (wm, pool) in layouts
+            .into_iter()
+            .flatten()
+            .map(|layout| Weights {
+                kernels: k,
+                data: &w,
+                rows,
+                cols,
+                layout,
+            })
+            .flat_map(|wm| [(wm, &Serial as &dyn ThreadPool), (wm, &Rayon)])
+        {
             // From inside the pool, as the engine calls it: from outside, rayon
             // injects every call's job into its global queue, which allocates
             // a block every 63 jobs.
@@ -66,7 +74,8 @@ fn matmul_does_not_allocate_once_scratch_is_sized() {
                     assert_eq!(
                         after,
                         before,
-                        "{ty} T={t} on {}: {} allocations",
+                        "{ty} {:?} T={t} on {}: {} allocations",
+                        wm.layout,
                         pool.threads(),
                         after - before
                     );

@@ -210,7 +210,7 @@ impl Embedder {
             self.dense_buf.clear();
             self.dense_buf.resize(lin.rows, 0.0);
             lin.forward(
-                self.model.bytes(),
+                self.model.store(),
                 &cur,
                 1,
                 &mut self.dense_buf,

@@ -25,7 +25,7 @@ use lamina_kernels::pool::{Span, ThreadPool, rows2};
 
 use crate::ModelError;
 use crate::hparams::{Arch, HParams, Window};
-use crate::weights::{Linear, Loader, forward_many};
+use crate::weights::{Linear, Loader, Store, forward_many, store_panels};
 
 /// One block's weights.
 #[derive(Debug)]
@@ -52,11 +52,25 @@ impl Layer {
             &self.wq, &self.wk, &self.wv, &self.wo, &self.gate, &self.up, &self.down,
         ]
     }
+
+    fn matrices_mut(&mut self) -> [&mut Linear; 7] {
+        [
+            &mut self.wq,
+            &mut self.wk,
+            &mut self.wv,
+            &mut self.wo,
+            &mut self.gate,
+            &mut self.up,
+            &mut self.down,
+        ]
+    }
 }
 
 /// A loaded model: the mapped file and where each weight lies in it.
 pub struct Model {
     pub file: Gguf,
+    /// The matrices stored as panels at load ([`store_panels`]), if any.
+    panels: Option<lamina_gguf::Mmap>,
     pub hp: HParams,
     tok_embd: Linear,
     output_norm: Vec<f32>,
@@ -90,7 +104,17 @@ impl Model {
         })
     }
 
+    /// Loads a parsed file: matrices stored as panels where the ISA has
+    /// them (generation models; `LAMINA_PANELS=0` keeps the file's rows).
     pub fn load(file: Gguf) -> Result<Model, ModelError> {
+        let keep_rows = std::env::var_os("LAMINA_PANELS").is_some_and(|v| v == "0");
+        Model::load_as(file, !keep_rows)
+    }
+
+    /// [`Model::load`], storing matrices as panels only if `panels` (and the
+    /// ISA has them, and the model generates): either way the same results,
+    /// bit for bit.
+    pub fn load_as(mut file: Gguf, panels: bool) -> Result<Model, ModelError> {
         let hp = HParams::from_gguf(&file)?;
         let ld = Loader { g: &file };
         let (d, qd, kvd, ff, hd) = (hp.n_embd, hp.q_dim(), hp.kv_dim(), hp.n_ff, hp.head_dim);
@@ -149,7 +173,27 @@ impl Model {
             }
         }
         let output_norm = ld.vector("output_norm.weight", d)?;
+        let mut tok_embd = tok_embd;
+        let mut output = output;
+        // Generation streams every matrix once a token: where the ISA has
+        // stored panels, rewrite the matrices into them. Embedding models keep
+        // the file's rows (a one-shot embedding would pay the rewrite at every
+        // start).
+        let panels = if !panels || hp.arch == Arch::GemmaEmbedding {
+            None
+        } else {
+            let mut all: Vec<&mut Linear> = layers
+                .iter_mut()
+                .flat_map(|l: &mut Layer| l.matrices_mut())
+                .chain([&mut tok_embd])
+                .chain(output.as_mut())
+                .collect();
+            let (stored, panels) = store_panels(&mut all, file)?;
+            file = stored;
+            panels
+        };
         Ok(Model {
+            panels,
             hp,
             tok_embd,
             output_norm,
@@ -161,9 +205,12 @@ impl Model {
         })
     }
 
-    /// The file's bytes (weights are borrowed from here per call).
-    pub fn bytes(&self) -> &[u8] {
-        self.file.as_bytes()
+    /// Where the weights lie (they are borrowed from here per call).
+    pub fn store(&self) -> Store<'_> {
+        Store {
+            file: self.file.as_bytes(),
+            panels: self.panels.as_deref().unwrap_or(&[]),
+        }
     }
 
     /// Whether the model has an LM head (generation) rather than a pooled output.
@@ -224,7 +271,7 @@ impl Model {
         let d = self.hp.n_embd;
         for (i, &t) in tokens.iter().enumerate() {
             let row = &mut b.x[i * d..(i + 1) * d];
-            self.tok_embd.row(self.bytes(), t as usize, row)?;
+            self.tok_embd.row(self.store(), t as usize, row)?;
             if self.hp.embd_scale != 1.0 {
                 ops::scale(row, self.hp.embd_scale);
             }
@@ -348,7 +395,7 @@ impl Model {
         let d = self.hp.n_embd;
         let first = t - n_out;
         let x = &bufs.xn[first * d..t * d];
-        output.forward(self.bytes(), x, n_out, logits, &mut bufs.scratch, pool)?;
+        output.forward(self.store(), x, n_out, logits, &mut bufs.scratch, pool)?;
         if self.hp.logit_scale != 1.0 {
             ops::scale(logits, 1.0 / self.hp.logit_scale);
         }
@@ -407,7 +454,7 @@ impl Model {
     ) -> Result<(), ModelError> {
         let hp = &self.hp;
         let l = &self.layers[il];
-        let f = self.bytes();
+        let f = self.store();
         let t = b.t;
         let (d, qd, kvd, ff, hd) = (hp.n_embd, hp.q_dim(), hp.kv_dim(), hp.n_ff, hp.head_dim);
         let eps = hp.rms_eps;

@@ -1,37 +1,60 @@
 //! Weights borrowed from the mapped file: a [`Linear`] records where its
 //! bytes are, the forward pass borrows them per call, so loading copies
-//! nothing but the small 1-D norm vectors.
+//! nothing but the small 1-D norm vectors — and, where the ISA multiplies
+//! stored panels, the matrices [`store_panels`] rewrites into them.
 
 use lamina_gguf::{GgmlType, Gguf};
-use lamina_kernels::matmul::{Scratch, Weights, matmul, matmul_many};
+use lamina_kernels::matmul::{Layout, Scratch, Weights, matmul, matmul_many};
+use lamina_kernels::panel::PANEL_ROWS;
 use lamina_kernels::pool::ThreadPool;
 use lamina_kernels::{TypeKernels, kernels};
 
 use crate::ModelError;
 
-/// A 2-D weight `rows × cols` (ggml's `{cols, rows}`) in the file.
+/// Where a model's weights lie: the file, and the matrices rewritten at
+/// load as stored panels.
+#[derive(Clone, Copy, Debug)]
+pub struct Store<'a> {
+    pub file: &'a [u8],
+    pub panels: &'a [u8],
+}
+
+/// Which of a [`Store`]'s buffers holds a weight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    File,
+    Panels,
+}
+
+/// A 2-D weight `rows × cols` (ggml's `{cols, rows}`).
 #[derive(Clone, Debug)]
 pub struct Linear {
     pub name: String,
     pub ty: GgmlType,
     pub kernels: &'static TypeKernels,
-    /// Byte range of the data in the file.
+    /// Byte range of the data in `source`.
+    pub source: Source,
     pub start: usize,
     pub len: usize,
     pub rows: usize,
     pub cols: usize,
+    pub layout: Layout,
 }
 
 impl Linear {
-    /// The tensor's bytes within `file`.
-    pub fn bytes<'a>(&self, file: &'a [u8]) -> &'a [u8] {
-        &file[self.start..self.start + self.len]
+    /// The tensor's bytes.
+    pub fn bytes<'a>(&self, s: Store<'a>) -> &'a [u8] {
+        let buf = match self.source {
+            Source::File => s.file,
+            Source::Panels => s.panels,
+        };
+        &buf[self.start..self.start + self.len]
     }
 
     /// `y[t] = W · x[t]` for `tokens` rows of `x`.
     pub fn forward(
         &self,
-        file: &[u8],
+        file: Store<'_>,
         x: &[f32],
         tokens: usize,
         y: &mut [f32],
@@ -43,6 +66,7 @@ impl Linear {
             data: self.bytes(file),
             rows: self.rows,
             cols: self.cols,
+            layout: self.layout,
         };
         matmul(&w, x, tokens, y, scratch, pool).map_err(|e| ModelError::Kernel {
             tensor: self.name.clone(),
@@ -50,21 +74,33 @@ impl Linear {
         })
     }
 
-    fn weights<'a>(&self, file: &'a [u8]) -> Weights<'a> {
+    fn weights<'a>(&self, file: Store<'a>) -> Weights<'a> {
         Weights {
             kernels: self.kernels,
             data: self.bytes(file),
             rows: self.rows,
             cols: self.cols,
+            layout: self.layout,
         }
     }
 
     /// Row `r` dequantized into `out` (embedding lookup).
-    pub fn row(&self, file: &[u8], r: usize, out: &mut [f32]) -> Result<(), ModelError> {
+    pub fn row(&self, file: Store<'_>, r: usize, out: &mut [f32]) -> Result<(), ModelError> {
         let rb = self.len / self.rows;
-        let bytes = &self.bytes(file)[r * rb..(r + 1) * rb];
-        lamina_quant::dequantize_row(self.ty, bytes, out)
-            .map_err(|e| ModelError::Unsupported(format!("{}: {e}", self.name)))
+        match (self.layout, self.kernels.stored) {
+            (Layout::Rows, _) => {
+                let bytes = &self.bytes(file)[r * rb..(r + 1) * rb];
+                lamina_quant::dequantize_row(self.ty, bytes, out)
+                    .map_err(|e| ModelError::Unsupported(format!("{}: {e}", self.name)))
+            }
+            (Layout::Panels, Some(stored)) => {
+                let pb = PANEL_ROWS * rb;
+                let panel = &self.bytes(file)[r / PANEL_ROWS * pb..][..pb];
+                (stored.dequantize_row)(self.cols, panel, r % PANEL_ROWS, out);
+                Ok(())
+            }
+            (Layout::Panels, None) => unreachable!("only stored where the kernels have panels"),
+        }
     }
 }
 
@@ -72,7 +108,7 @@ impl Linear {
 /// one parallel region) — Q/K/V and gate/up.
 pub fn forward_many<const N: usize>(
     lins: [&Linear; N],
-    file: &[u8],
+    file: Store<'_>,
     x: &[f32],
     tokens: usize,
     ys: [&mut [f32]; N],
@@ -135,10 +171,12 @@ impl<D: AsRef<[u8]>> Loader<'_, D> {
             name: name.to_string(),
             ty: info.ggml_type,
             kernels: k,
+            source: Source::File,
             start,
             len: data.len(),
             rows,
             cols,
+            layout: Layout::Rows,
         })
     }
 
@@ -155,4 +193,82 @@ impl<D: AsRef<[u8]>> Loader<'_, D> {
         lamina_quant::dequantize_tensor(info, self.g.tensor_data(info))
             .map_err(|e| ModelError::Unsupported(format!("{name}: {e}")))
     }
+}
+
+/// Stores the matrices in `linears` that this ISA multiplies as stored
+/// panels (its kernels have `stored`, the rows are whole panels) as panels,
+/// and marks them so; a matrix named twice (a tied LM head) is stored once.
+/// A file read into memory is rewritten in place; a mapped one is copied
+/// into one anonymous buffer on 2 MiB pages (returned), and its pages of
+/// the stored matrices leave the process's resident memory, so either way
+/// the weights take the memory they took as rows.
+///
+/// Stored panels need no unpacking for batches and take about four times
+/// fewer instructions per byte when decoding; they cost one pass over the
+/// matrices at load.
+pub fn store_panels(
+    linears: &mut [&mut Linear],
+    file: Gguf,
+) -> Result<(Gguf, Option<lamina_gguf::Mmap>), ModelError> {
+    use rayon::prelude::*;
+    let eligible = |l: &Linear| {
+        l.source == Source::File
+            && l.layout == Layout::Rows
+            && l.kernels.stored.is_some()
+            && l.rows.is_multiple_of(PANEL_ROWS)
+    };
+    // Each distinct matrix (by where it starts in the file) once: (start,
+    // length, columns, panel bytes, store function).
+    let mut matrices = std::collections::BTreeMap::new();
+    for l in linears.iter().filter(|l| eligible(l)) {
+        let store = l.kernels.stored.expect("eligible").store;
+        let panel = PANEL_ROWS * (l.len / l.rows);
+        matrices.insert(l.start, (l.len, l.cols, panel, store));
+    }
+    if matrices.is_empty() {
+        return Ok((file, None));
+    }
+    let failed = |e: std::io::Error| ModelError::Unsupported(format!("storing panels: {e}"));
+    let (file, in_place) = file
+        .rewrite(|bytes| {
+            for (&start, &(len, cols, pb, store)) in &matrices {
+                bytes[start..start + len].par_chunks_mut(pb).for_each_init(
+                    || vec![0u8; pb],
+                    |rows, panel| {
+                        rows.copy_from_slice(panel);
+                        store(cols, rows, panel);
+                    },
+                );
+            }
+        })
+        .map_err(failed)?;
+    // Where each matrix lies now: in place, or at an offset of the buffer.
+    let mut moved = std::collections::BTreeMap::new();
+    let panels = match in_place {
+        Some(()) => None,
+        None => {
+            let total = matrices.values().map(|m| m.0).sum();
+            let mut buf = lamina_gguf::anonymous(total).map_err(failed)?;
+            let mut at = 0;
+            for (&start, &(len, cols, pb, store)) in &matrices {
+                let rows = &file.as_bytes()[start..start + len];
+                buf[at..at + len]
+                    .par_chunks_mut(pb)
+                    .zip(rows.par_chunks(pb))
+                    .for_each(|(panel, rows)| store(cols, rows, panel));
+                file.release(start, len).map_err(failed)?;
+                moved.insert(start, at);
+                at += len;
+            }
+            Some(buf.make_read_only().map_err(failed)?)
+        }
+    };
+    for l in linears.iter_mut().filter(|l| eligible(l)) {
+        if let Some(&at) = moved.get(&l.start) {
+            l.source = Source::Panels;
+            l.start = at;
+        }
+        l.layout = Layout::Panels;
+    }
+    Ok((file, panels))
 }

@@ -263,14 +263,71 @@ fn smollm2_q8_0_agrees_with_llama_cpp() {
     );
 }
 
+/// Matrices stored as panels (where this ISA has them: AVX-512 VNNI) give
+/// the file's rows' logits bit for bit: a prompt of 37 tokens (wide and
+/// narrow panel calls), one of 3, then single tokens; both SmolLM2 Q8_0
+/// (every matrix stored, the tied LM head's embedding lookups from panels)
+/// and Gemma 3 (its Q8_0 token embedding stored beside K-quant rows).
+#[test]
+fn stored_panels_match_the_files_rows() {
+    for name in [
+        "SmolLM2-135M-Instruct-Q8_0.gguf",
+        "gemma-3-270m-Q4_K_M.gguf",
+    ] {
+        let path = required(name);
+        let rows = Model::load_as(lamina_gguf::Gguf::open(&path).unwrap(), false).unwrap();
+        let panels = Model::load_as(lamina_gguf::Gguf::open(&path).unwrap(), true).unwrap();
+        let tok = lamina_model::tokenizer::Tokenizer::from_gguf(&rows.file).unwrap();
+        let long = tok.encode(
+            "Stored panels hold sixteen rows per vector, so every batch and every \
+             single token reads them without unpacking anything at all: the weights \
+             are rewritten once, when the model is loaded, and never again.",
+            true,
+            true,
+        );
+        assert!(long.len() >= 32, "{} tokens", long.len());
+        let mut logits: Vec<Vec<Vec<f32>>> = Vec::new();
+        for model in [&rows, &panels] {
+            let mut session = Session::new(model, &tok, 128, KvType::F16).unwrap();
+            let mut seen = Vec::new();
+            for prompt in [&long[..37.min(long.len())], &long[..3]] {
+                session.prefill(prompt, &Rayon).unwrap();
+                seen.push(session.logits().unwrap().to_vec());
+            }
+            for _ in 0..4 {
+                let next = argmax(seen.last().unwrap()) as u32;
+                session.eval(&[next], &Rayon).unwrap();
+                seen.push(session.logits().unwrap().to_vec());
+            }
+            logits.push(seen);
+        }
+        for (i, (a, b)) in logits[0].iter().zip(&logits[1]).enumerate() {
+            assert!(
+                a.iter()
+                    .map(|v| v.to_bits())
+                    .eq(b.iter().map(|v| v.to_bits())),
+                "{name}: step {i}: stored panels' logits differ from the rows'"
+            );
+        }
+    }
+}
+
 /// A model read into memory (`--no-mmap`) computes what the mapped file
-/// does, bit for bit: the same bytes, on other pages.
+/// does, bit for bit: the same bytes, on other pages (and its matrices
+/// stored as panels in place, where the mapped file's are copied).
 #[test]
 fn a_model_read_into_memory_matches_the_mapped_file() {
     let path = required("SmolLM2-135M-Instruct-Q4_1.gguf");
-    let mapped = Model::open(&path).unwrap();
-    let read = Model::open_with(&path, lamina_model::Load::Read).unwrap();
-    assert_eq!(mapped.bytes(), read.bytes());
+    let (g_mapped, g_read) = (
+        lamina_gguf::Gguf::open(&path).unwrap(),
+        lamina_gguf::Gguf::read(&path).unwrap(),
+    );
+    assert!(
+        g_mapped.as_bytes() == g_read.as_bytes(),
+        "read bytes differ from the file's"
+    );
+    let mapped = Model::load(g_mapped).unwrap();
+    let read = Model::load(g_read).unwrap();
     let tok = lamina_model::tokenizer::Tokenizer::from_gguf(&read.file).unwrap();
     let ids = tok.encode("The capital of France is", true, true);
     let mut logits = Vec::new();

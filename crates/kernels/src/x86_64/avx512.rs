@@ -624,7 +624,7 @@ unsafe fn load512(p: *const u8) -> __m512i {
 /// blocks (`ys`): the exact sums `Σ(w + o)·a − o·Σa`, then the row kernel's
 /// `acc = fma(d_w·d_a, Σ, acc)` per lane.
 #[inline(always)]
-unsafe fn legacy_panel_step<const T: usize>(
+unsafe fn legacy_panel_step<const T: usize, const STORED: bool>(
     wb: *const u8,
     ys: [*const u8; T],
     acc: &mut [__m512; T],
@@ -633,7 +633,11 @@ unsafe fn legacy_panel_step<const T: usize>(
     // contract); AVX-512 F/BW + VNNI are enabled in the callers.
     unsafe {
         let w: [__m512i; 8] = std::array::from_fn(|k| load512(wb.add(64 * k)));
-        let dw = _mm512_loadu_ps(wb.add(512).cast());
+        let dw = if STORED {
+            f16x16(wb.add(512))
+        } else {
+            _mm512_loadu_ps(wb.add(512).cast())
+        };
         for t in 0..T {
             let y = ys[t];
             // Two chains, so eight tokens keep both `vpdpbusd` ports busy
@@ -654,7 +658,7 @@ unsafe fn legacy_panel_step<const T: usize>(
 /// apart: even and odd blocks in two chains, added at the end (the row
 /// kernels' order).
 #[inline(always)]
-unsafe fn legacy_panel<const T: usize>(
+unsafe fn legacy_panel<const T: usize, const STORED: bool>(
     nb: usize,
     panel: *const u8,
     acts: *const u8,
@@ -664,22 +668,120 @@ unsafe fn legacy_panel<const T: usize>(
     // SAFETY: `nb` panel blocks, `T` prepared rows of `nb` blocks and `16·T`
     // floats of output (the wrapper's checks); features enabled in the callers.
     unsafe {
-        use crate::panel::{LEGACY_ACT, LEGACY_BLOCK};
+        use crate::panel::{LEGACY_ACT, LEGACY_BLOCK, STORED_Q8_0_BLOCK};
+        let block = if STORED {
+            STORED_Q8_0_BLOCK
+        } else {
+            LEGACY_BLOCK
+        };
         let (mut even, mut odd) = ([_mm512_setzero_ps(); T], [_mm512_setzero_ps(); T]);
         let ys = |i: usize| std::array::from_fn(|t| acts.add(t * arow + i * LEGACY_ACT));
         let mut i = 0;
         while i + 2 <= nb {
-            legacy_panel_step::<T>(panel.add(i * LEGACY_BLOCK), ys(i), &mut even);
-            legacy_panel_step::<T>(panel.add((i + 1) * LEGACY_BLOCK), ys(i + 1), &mut odd);
+            legacy_panel_step::<T, STORED>(panel.add(i * block), ys(i), &mut even);
+            legacy_panel_step::<T, STORED>(panel.add((i + 1) * block), ys(i + 1), &mut odd);
             i += 2;
         }
         if i < nb {
-            legacy_panel_step::<T>(panel.add(i * LEGACY_BLOCK), ys(i), &mut even);
+            legacy_panel_step::<T, STORED>(panel.add(i * block), ys(i), &mut even);
         }
         for t in 0..T {
             _mm512_storeu_ps(out.add(16 * t), _mm512_add_ps(even[t], odd[t]));
         }
     }
+}
+
+#[inline(always)]
+unsafe fn legacy_panel_unpacked<const T: usize>(
+    nb: usize,
+    panel: *const u8,
+    acts: *const u8,
+    arow: usize,
+    out: *mut f32,
+) {
+    // SAFETY: forwarded (the same contract).
+    unsafe { legacy_panel::<T, false>(nb, panel, acts, arow, out) }
+}
+
+#[inline(always)]
+unsafe fn stored_panel<const T: usize>(
+    nb: usize,
+    panel: *const u8,
+    acts: *const u8,
+    arow: usize,
+    out: *mut f32,
+) {
+    // SAFETY: forwarded (the same contract, over stored blocks).
+    unsafe { legacy_panel::<T, true>(nb, panel, acts, arow, out) }
+}
+
+/// Sixteen f16 at `p` as f32 (exact).
+#[inline(always)]
+unsafe fn f16x16(p: *const u8) -> __m512 {
+    // SAFETY: `p` has 32 readable bytes; AVX-512F is enabled in the callers.
+    unsafe {
+        if cfg!(miri) {
+            // Miri does not implement the conversion instructions.
+            let f: [f32; 16] = std::array::from_fn(|r| fp16(p.add(2 * r)));
+            return _mm512_loadu_ps(f.as_ptr());
+        }
+        _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()))
+    }
+}
+
+/// `n` stored Q8_0 panels of `nb` blocks against one prepared row, each
+/// panel as [`legacy_panel`] for one token; the weights are prefetched
+/// 8 KiB ahead, linearly (one stream: the hardware's prefetch would do,
+/// but it stops at page boundaries and starts late after each region).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn k_stored_single_q8_0(
+    nb: usize,
+    panels: *const u8,
+    n: usize,
+    act: *const u8,
+    out: *mut f32,
+) {
+    use crate::panel::{LEGACY_ACT, STORED_Q8_0_BLOCK};
+    // SAFETY: `n` panels of `nb` stored blocks, a prepared row of `nb` blocks
+    // and `16·n` floats of output (the wrapper's checks); the features are enabled.
+    unsafe {
+        for p in 0..n {
+            let panel = panels.add(p * nb * STORED_Q8_0_BLOCK);
+            let (mut even, mut odd) = ([_mm512_setzero_ps()], [_mm512_setzero_ps()]);
+            for i in 0..nb {
+                let wb = panel.add(i * STORED_Q8_0_BLOCK);
+                super::avx2::prefetch_range(
+                    wb.wrapping_add(super::avx2::ROWS8_PREFETCH_AHEAD),
+                    STORED_Q8_0_BLOCK,
+                );
+                let acc = if i % 2 == 0 { &mut even } else { &mut odd };
+                legacy_panel_step::<1, true>(wb, [act.add(i * LEGACY_ACT)], acc);
+            }
+            _mm512_storeu_ps(out.add(16 * p), _mm512_add_ps(even[0], odd[0]));
+        }
+    }
+}
+
+pub(crate) fn stored_single_q8_0(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
+    use crate::panel::{LEGACY_ACT, STORED_Q8_0_BLOCK};
+    assert!(
+        cols > 0 && cols.is_multiple_of(32),
+        "Q8_0: {cols} values is not whole blocks"
+    );
+    let nb = cols / 32;
+    let pbytes = nb * STORED_Q8_0_BLOCK;
+    assert!(
+        panels.len().is_multiple_of(pbytes),
+        "stored Q8_0: {} bytes is not whole panels",
+        panels.len()
+    );
+    let n = panels.len() / pbytes;
+    assert_eq!(act.len(), nb * LEGACY_ACT, "prepared Q8_0 row size");
+    assert_eq!(out.len(), 16 * n, "stored panel output size");
+    // SAFETY: `n` whole panels, a prepared row of `nb` blocks and `16·n` outputs
+    // (checked above); reachable only through the AVX512 table, handed out after
+    // AVX-512 F/BW/VL + VNNI were detected.
+    unsafe { k_stored_single_q8_0(nb, panels.as_ptr(), n, act.as_ptr(), out.as_mut_ptr()) }
 }
 
 /// `s + x · scale` per i32 lane, exact for `|x| < 2^15` and a scale
@@ -869,8 +971,10 @@ pub(super) fn panel_call(
 // One legacy kernel serves Q8_0, Q4_0 and Q5_0: their panels differ only
 // in how they were unpacked.
 panel_fns! {
-    "legacy", 32: legacy_panel, crate::panel::LEGACY_BLOCK, crate::panel::LEGACY_ACT,
+    "legacy", 32: legacy_panel_unpacked, crate::panel::LEGACY_BLOCK, crate::panel::LEGACY_ACT,
         k_panel8_legacy => panel8_legacy, k_panel4_legacy => panel4_legacy;
+    "stored Q8_0", 32: stored_panel, crate::panel::STORED_Q8_0_BLOCK, crate::panel::LEGACY_ACT,
+        k_panel8_stored_q8_0 => panel8_stored_q8_0, k_panel4_stored_q8_0 => panel4_stored_q8_0;
     "Q4_K", 256: q4_k_panel, crate::panel::Q4_K_BLOCK, crate::panel::Q4_K_ACT,
         k_panel8_q4_k => panel8_q4_k, k_panel4_q4_k => panel4_q4_k;
     "Q6_K", 256: q6_k_panel, crate::panel::Q6_K_BLOCK, crate::panel::Q6_K_ACT,

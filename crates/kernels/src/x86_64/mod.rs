@@ -206,6 +206,13 @@ const fn fused(k: TypeKernels, f: panel::QuantizePreparedFn) -> TypeKernels {
     k
 }
 
+/// `k` (with panels) multiplying matrices stored as panels too.
+const fn stored(k: TypeKernels, fns: panel::StoredPanelFns) -> TypeKernels {
+    let mut k = k;
+    k.stored = Some(fns);
+    k
+}
+
 /// `k` with weight panels: `unpack`/`prepare` from [`crate::panel`], the
 /// kernels for 8 and 4 tokens, and the layout's sizes. Batches of 32 tokens
 /// or more take them with AVX-512 (12 tokens took 19.1 ms through panels
@@ -444,28 +451,39 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
         avx2::quantize_prepared_q5_0,
     ),
     with(AVX2[6], V, None, None, None),
-    fused(
-        panels(
-            tiles(
-                rows8(
-                    with(AVX2[7], V, None, None, None),
-                    avx512::vec_dot_rows8_q8_0,
+    stored(
+        fused(
+            panels(
+                tiles(
+                    rows8(
+                        with(AVX2[7], V, None, None, None),
+                        avx512::vec_dot_rows8_q8_0,
+                    ),
+                    7,
+                    (
+                        avx512::tile16_q8_0,
+                        avx512::tile12_q8_0,
+                        avx512::tile8_q8_0,
+                        avx512::tile4_q8_0,
+                    ),
                 ),
-                7,
-                (
-                    avx512::tile16_q8_0,
-                    avx512::tile12_q8_0,
-                    avx512::tile8_q8_0,
-                    avx512::tile4_q8_0,
-                ),
+                avx512::unpack_q8_0,
+                panel::prepare_q8_0,
+                LEGACY_PANEL,
+                panel::LEGACY_BLOCK,
+                panel::LEGACY_ACT,
             ),
-            avx512::unpack_q8_0,
-            panel::prepare_q8_0,
-            LEGACY_PANEL,
-            panel::LEGACY_BLOCK,
-            panel::LEGACY_ACT,
+            avx2::quantize_prepared_q8_0,
         ),
-        avx2::quantize_prepared_q8_0,
+        panel::StoredPanelFns {
+            store: panel::store_q8_0,
+            row: panel::stored_row_q8_0,
+            dequantize_row: panel::stored_dequantize_row_q8_0,
+            single: avx512::stored_single_q8_0,
+            wide: avx512::panel8_stored_q8_0,
+            narrow: avx512::panel4_stored_q8_0,
+            block_bytes: panel::STORED_Q8_0_BLOCK,
+        },
     ),
     with(AVX2[8], V, None, None, None),
     with(AVX2[9], V, None, None, None),
