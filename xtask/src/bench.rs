@@ -117,9 +117,10 @@ impl Args {
     }
 }
 
-/// The `LAMINA_*` variables that change how lamina runs (thread pool, ISA).
+/// The `LAMINA_*` variables that change how lamina runs (thread pool, ISA,
+/// stored panels).
 fn lamina_env() -> serde_json::Map<String, Value> {
-    ["LAMINA_POOL", "LAMINA_ISA"]
+    ["LAMINA_POOL", "LAMINA_ISA", "LAMINA_PANELS"]
         .iter()
         .filter_map(|k| Some((k.to_string(), json!(std::env::var(k).ok()?))))
         .collect()
