@@ -86,7 +86,11 @@ fn embed(a: EmbedArgs) -> Result<()> {
     }
     let pool = thread_pool(a.threads)?;
     let path = models::resolve(&a.model)?;
-    let mut e = Embedder::open(&path).with_context(|| format!("loading {}", path.display()))?;
+    // Loaded once and run many times, as `lamina serve` loads it: stored as
+    // panels where the ISA has them (the one-shot `lamina embed` keeps rows).
+    let model = lamina_model::Model::open_as(&path, lamina_model::Load::Map, true)
+        .with_context(|| format!("loading {}", path.display()))?;
+    let mut e = Embedder::new(model)?;
     let opts = EmbedOptions::default();
     let texts: Vec<String> = match a.batch {
         // Distinct texts of varied length, like a real batch.

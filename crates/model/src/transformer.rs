@@ -98,22 +98,32 @@ impl Model {
 
     /// [`Model::open`] with the file's bytes brought in as `load` says.
     pub fn open_with(path: impl AsRef<std::path::Path>, load: Load) -> Result<Model, ModelError> {
-        Model::load(match load {
-            Load::Map => Gguf::open(path)?,
-            Load::Read => Gguf::read(path)?,
-        })
+        Model::load(open_file(path, load)?)
     }
 
-    /// Loads a parsed file: matrices stored as panels where the ISA has
-    /// them (generation models; `LAMINA_PANELS=0` keeps the file's rows).
+    /// [`Model::open_with`], storing matrices as panels if `panels` (where
+    /// the ISA has them), whatever the architecture: for a process that loads
+    /// an embedding model once and serves it ([`Model::load_as`]).
+    pub fn open_as(
+        path: impl AsRef<std::path::Path>,
+        load: Load,
+        panels: bool,
+    ) -> Result<Model, ModelError> {
+        Model::load_as(open_file(path, load)?, panels && !panels_off())
+    }
+
+    /// Loads a parsed file. A generation model's matrices are stored as
+    /// panels where the ISA has them: generation streams every matrix once a
+    /// token. An embedding model keeps the file's rows: a one-shot embedding
+    /// would pay the rewrite at every start. `LAMINA_PANELS=0` keeps the rows
+    /// of any model.
     pub fn load(file: Gguf) -> Result<Model, ModelError> {
-        let keep_rows = std::env::var_os("LAMINA_PANELS").is_some_and(|v| v == "0");
-        Model::load_as(file, !keep_rows)
+        let generates = HParams::from_gguf(&file)?.arch != Arch::GemmaEmbedding;
+        Model::load_as(file, generates && !panels_off())
     }
 
-    /// [`Model::load`], storing matrices as panels only if `panels` (and the
-    /// ISA has them, and the model generates): either way the same results,
-    /// bit for bit.
+    /// [`Model::load`], storing matrices as panels if `panels` (and the ISA
+    /// has them): either way the same results, bit for bit.
     pub fn load_as(mut file: Gguf, panels: bool) -> Result<Model, ModelError> {
         let hp = HParams::from_gguf(&file)?;
         let ld = Loader { g: &file };
@@ -175,11 +185,7 @@ impl Model {
         let output_norm = ld.vector("output_norm.weight", d)?;
         let mut tok_embd = tok_embd;
         let mut output = output;
-        // Generation streams every matrix once a token: where the ISA has
-        // stored panels, rewrite the matrices into them. Embedding models keep
-        // the file's rows (a one-shot embedding would pay the rewrite at every
-        // start).
-        let panels = if !panels || hp.arch == Arch::GemmaEmbedding {
+        let panels = if !panels {
             None
         } else {
             let mut all: Vec<&mut Linear> = layers
@@ -676,6 +682,18 @@ impl Workspace {
     pub fn hidden(&self) -> &[f32] {
         &self.bufs.xn[..self.bufs.t * self.n_embd]
     }
+}
+
+fn open_file(path: impl AsRef<std::path::Path>, load: Load) -> Result<Gguf, ModelError> {
+    Ok(match load {
+        Load::Map => Gguf::open(path)?,
+        Load::Read => Gguf::read(path)?,
+    })
+}
+
+/// Whether `LAMINA_PANELS=0` asks to keep every model's rows.
+fn panels_off() -> bool {
+    std::env::var_os("LAMINA_PANELS").is_some_and(|v| v == "0")
 }
 
 /// How a model file's bytes come into memory.

@@ -123,3 +123,39 @@ fn batch_of_96_equals_one_at_a_time() {
         );
     }
 }
+
+/// An embedding model stored as panels (as `lamina serve` and `lamina bench
+/// embed` load it, where the ISA has them) gives the file's rows' vectors bit
+/// for bit, alone and in a batch.
+#[test]
+fn stored_panels_give_the_rows_vectors() {
+    let Some(path) = common::embedding_model() else {
+        return;
+    };
+    let load = lamina_model::Load::Map;
+    let mut rows =
+        Embedder::new(lamina_model::Model::open_as(&path, load, false).unwrap()).unwrap();
+    let mut panels =
+        Embedder::new(lamina_model::Model::open_as(&path, load, true).unwrap()).unwrap();
+    let texts = texts();
+    let refs: Vec<&str> = texts.iter().take(24).map(String::as_str).collect();
+    let opts = EmbedOptions::default();
+    let mut calls: Vec<&[&str]> = refs.iter().take(3).map(std::slice::from_ref).collect();
+    calls.push(&refs);
+    for call in calls {
+        let (a, b) = (
+            rows.embed(call, &opts, &Rayon).unwrap(),
+            panels.embed(call, &opts, &Rayon).unwrap(),
+        );
+        for (i, (a, b)) in a.iter().zip(&b).enumerate() {
+            assert!(
+                a.vector
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .eq(b.vector.iter().map(|v| v.to_bits())),
+                "text {i} of {}: stored panels' vector differs from the rows'",
+                call.len()
+            );
+        }
+    }
+}

@@ -222,7 +222,9 @@ impl Server {
                 path: path.display().to_string(),
                 source,
             };
-            let model = Model::open_with(path, cfg.load).map_err(model_err)?;
+            // A served model is loaded once: embedding models too are stored
+            // as panels where the ISA has them.
+            let model = Model::open_as(path, cfg.load, true).map_err(model_err)?;
             if model.has_lm_head() {
                 let tok = Tokenizer::from_gguf(&model.file).map_err(|e| model_err(e.into()))?;
                 let template =
