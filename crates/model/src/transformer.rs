@@ -188,14 +188,22 @@ impl Model {
         let panels = if !panels {
             None
         } else {
+            // The token embedding only where it is also the LM head (tied):
+            // otherwise lookups read a few rows of it, and storing it would
+            // bring all of it into memory.
+            let tied = output
+                .as_ref()
+                .is_some_and(|o| (o.source, o.start) == (tok_embd.source, tok_embd.start));
             let mut all: Vec<&mut Linear> = layers
                 .iter_mut()
                 .flat_map(|l: &mut Layer| l.matrices_mut())
-                .chain([&mut tok_embd])
                 .chain(output.as_mut())
                 .collect();
             let (stored, panels) = store_panels(&mut all, file)?;
             file = stored;
+            if let (true, Some(o)) = (tied, &output) {
+                tok_embd = o.clone();
+            }
             panels
         };
         Ok(Model {
