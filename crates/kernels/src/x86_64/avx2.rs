@@ -142,7 +142,7 @@ pub(super) const PREFETCH_AHEAD: usize = 3072;
 /// group of eight rows ahead (3.4 KiB of 768-column Q4_0) left a Zen 5 part's
 /// single-token Q4_0/Q4_K matmuls from memory at 36-42 GB/s on 2 threads;
 /// 8 KiB ahead brought them to 53-55 (12 KiB and more measured no better).
-pub(super) const ROWS8_PREFETCH_AHEAD: usize = 8192;
+const ROWS8_PREFETCH_AHEAD: usize = 8192;
 
 /// The eight-row kernels' prefetch at block `i` of eight rows `stride` bytes
 /// apart (blocks of `wsize` bytes): the weights after these rows (contiguous)
