@@ -483,14 +483,7 @@ fn check_panel(k: &TypeKernels, n: usize, w: &[u8], cols: &[Vec<u8>], seed: u64,
     let ty = k.weight;
     let mut rng = Rng(seed ^ 0x9E37_79B9);
     let prow = p.act_row_bytes(n);
-    let prepared: Vec<u8> = cols
-        .iter()
-        .flat_map(|a| {
-            let mut out = vec![0xAAu8; prow];
-            (p.prepare)(n, a, &mut out);
-            out
-        })
-        .collect();
+    let prepared = prepared_rows(&p, n, cols);
     let reference: crate::panel::UnpackFn = match ty {
         GgmlType::Q8_0 if p.block_bytes == crate::panel::Q8_0_I16_BLOCK => {
             crate::panel::unpack_q8_0_i16
@@ -598,14 +591,7 @@ fn check_stored(k: &TypeKernels, n: usize, w: &[u8], cols: &[Vec<u8>], seed: u64
         );
     }
     let prow = p.act_row_bytes(n);
-    let prepared: Vec<u8> = cols
-        .iter()
-        .flat_map(|a| {
-            let mut out = vec![0xAAu8; prow];
-            (p.prepare)(n, a, &mut out);
-            out
-        })
-        .collect();
+    let prepared = prepared_rows(&p, n, cols);
     let mut single = vec![f32::NAN; 32];
     (s.single)(n, &stored, &prepared[..prow], &mut single);
     let mut wide = vec![f32::NAN; 16 * 8];
@@ -643,4 +629,15 @@ fn check_stored(k: &TypeKernels, n: usize, w: &[u8], cols: &[Vec<u8>], seed: u64
             );
         }
     }
+}
+
+/// The activation rows `cols` prepared for `p`'s kernels, back to back.
+fn prepared_rows(p: &crate::panel::PanelFns, n: usize, cols: &[Vec<u8>]) -> Vec<u8> {
+    cols.iter()
+        .flat_map(|a| {
+            let mut out = vec![0xAAu8; p.act_row_bytes(n)];
+            (p.prepare)(n, a, &mut out);
+            out
+        })
+        .collect()
 }
