@@ -446,7 +446,7 @@ unsafe fn hsum8x16(v: [__m512i; 8]) -> __m256i {
 
 /// Eight Q4_K rows `stride` bytes apart against one Q8_K activation row:
 /// per row and super-block the row kernel's exact sums (scales through
-/// `vpdpbusd` and `vpmulld`, mins through `vpmaddwd` against the bsums), the
+/// `vpdpbusd` and `vpdpwssd`, mins through `vpmaddwd` against the bsums), the
 /// eight rows' reductions and float steps shared: [`k_block_step`] per lane,
 /// each row's bits from [`q4_k`].
 #[inline(always)]
@@ -488,7 +488,8 @@ unsafe fn q4_k_rows8(nb: usize, w: *const u8, stride: usize, a: *const u8) -> [f
                         _mm512_and_si512(_mm512_mask_srli_epi16(both, 0xFFFF_0000, both, 4), m4);
                     let scale = _mm512_cvtepu8_epi32(_mm_shuffle_epi8(sc, *spread));
                     let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, *y8);
-                    *sumi = _mm512_add_epi32(*sumi, _mm512_mullo_epi32(scale, p));
+                    // |p| ≤ 4·15·128 < 2^15 and the scale < 64: exact.
+                    *sumi = scale_add(*sumi, p, scale);
                 }
             }
             let s = hsum8x16(sums);
