@@ -388,6 +388,25 @@ fn grow(buf: &mut Vec<u8>, len: usize) {
     }
 }
 
+/// One activation row `x` prepared for `p`'s kernels into `prepared`: in one
+/// pass where the ISA has one, else quantized into `act` first.
+fn prepare_row(
+    k: &TypeKernels,
+    p: PanelFns,
+    cols: usize,
+    x: &[f32],
+    act: &mut [u8],
+    prepared: &mut [u8],
+) {
+    match p.quantize_prepared {
+        Some(quantize_prepared) => quantize_prepared(x, prepared),
+        None => {
+            (k.quantize_activation)(x, act);
+            (p.prepare)(cols, act, prepared);
+        }
+    }
+}
+
 /// [`matmul_many`] for one token over stored panels (shapes checked, one
 /// weight type): the activation prepared once, then tasks of whole panels
 /// as [`single_token_chunk_rows`] splits rows, each streaming its panels
@@ -411,14 +430,7 @@ fn stored_single<const N: usize>(
     scratch.reserve(k, cols, 1);
     grow(&mut scratch.packed, prow);
     let prepared = &mut scratch.packed[..prow];
-    match p.quantize_prepared {
-        Some(quantize_prepared) => quantize_prepared(x, prepared),
-        None => {
-            let act = &mut scratch.buf[..arow];
-            (k.quantize_activation)(x, act);
-            (p.prepare)(cols, act, prepared);
-        }
-    }
+    prepare_row(k, p, cols, x, &mut scratch.buf[..arow], prepared);
     let prepared = &*prepared;
     let total_rows: usize = wms.iter().map(|w| w.rows).sum();
     let chunk = single_token_chunk_rows(total_rows, pool.threads()).next_multiple_of(PANEL_ROWS);
@@ -482,13 +494,7 @@ fn panel_matmul<const N: usize>(
             .zip(rows.chunks_exact_mut(arow))
             .zip(prepared.chunks_exact_mut(prow))
         {
-            match p.quantize_prepared {
-                Some(quantize_prepared) => quantize_prepared(xt, pt),
-                None => {
-                    (k.quantize_activation)(xt, at);
-                    (p.prepare)(cols, at, pt);
-                }
-            }
+            prepare_row(k, p, cols, xt, at, pt);
         }
     };
     let units = tokens.div_ceil(TILE);

@@ -109,7 +109,7 @@ impl Model {
         load: Load,
         panels: bool,
     ) -> Result<Model, ModelError> {
-        Model::load_as(open_file(path, load)?, panels && !panels_off())
+        Model::load_with(open_file(path, load)?, |_| panels && !panels_off())
     }
 
     /// Loads a parsed file. A generation model's matrices are stored as
@@ -118,14 +118,23 @@ impl Model {
     /// would pay the rewrite at every start. `LAMINA_PANELS=0` keeps the rows
     /// of any model.
     pub fn load(file: Gguf) -> Result<Model, ModelError> {
-        let generates = HParams::from_gguf(&file)?.arch != Arch::GemmaEmbedding;
-        Model::load_as(file, generates && !panels_off())
+        Model::load_with(file, |hp| hp.arch != Arch::GemmaEmbedding && !panels_off())
     }
 
     /// [`Model::load`], storing matrices as panels if `panels` (and the ISA
     /// has them): either way the same results, bit for bit.
-    pub fn load_as(mut file: Gguf, panels: bool) -> Result<Model, ModelError> {
+    pub fn load_as(file: Gguf, panels: bool) -> Result<Model, ModelError> {
+        Model::load_with(file, |_| panels)
+    }
+
+    /// Loads `file`, storing matrices as panels if `panels` says so for its
+    /// hyper-parameters.
+    fn load_with(
+        mut file: Gguf,
+        panels: impl FnOnce(&HParams) -> bool,
+    ) -> Result<Model, ModelError> {
         let hp = HParams::from_gguf(&file)?;
+        let panels = panels(&hp);
         let ld = Loader { g: &file };
         let (d, qd, kvd, ff, hd) = (hp.n_embd, hp.q_dim(), hp.kv_dim(), hp.n_ff, hp.head_dim);
         let gemma = hp.arch.is_gemma();

@@ -215,6 +215,8 @@ pub fn store_panels(
         l.source == Source::File
             && l.layout == Layout::Rows
             && l.kernels.stored.is_some()
+            && l.rows > 0
+            && l.cols > 0
             && l.rows.is_multiple_of(PANEL_ROWS)
     };
     // Each distinct matrix (by where it starts in the file) once: (start,

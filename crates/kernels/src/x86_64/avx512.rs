@@ -635,7 +635,7 @@ unsafe fn legacy_panel_step<const T: usize, const STORED: bool>(
     unsafe {
         let w: [__m512i; 8] = std::array::from_fn(|k| load512(wb.add(64 * k)));
         let dw = if STORED {
-            f16x16(wb.add(512))
+            load16_f16(wb.add(512))
         } else {
             _mm512_loadu_ps(wb.add(512).cast())
         };
@@ -714,20 +714,6 @@ unsafe fn stored_panel<const T: usize>(
 ) {
     // SAFETY: forwarded (the same contract, over stored blocks).
     unsafe { legacy_panel::<T, true>(nb, panel, acts, arow, out) }
-}
-
-/// Sixteen f16 at `p` as f32 (exact).
-#[inline(always)]
-unsafe fn f16x16(p: *const u8) -> __m512 {
-    // SAFETY: `p` has 32 readable bytes; AVX-512F is enabled in the callers.
-    unsafe {
-        if cfg!(miri) {
-            // Miri does not implement the conversion instructions.
-            let f: [f32; 16] = std::array::from_fn(|r| fp16(p.add(2 * r)));
-            return _mm512_loadu_ps(f.as_ptr());
-        }
-        _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()))
-    }
 }
 
 /// `n` stored Q8_0 panels of `nb` blocks against one prepared row, each
