@@ -194,6 +194,13 @@ pub fn matmul_many<const N: usize>(
         };
         if tokens == 1 {
             stored_single(stored, panel, wms, x, ys, scratch, pool);
+        } else if let Some(unpack) = stored
+            .unpack
+            .filter(|_| tokens >= crate::panel::STORED_UNPACK_TOKENS)
+        {
+            // Unpacked per call like the file's rows, from the stored bytes.
+            let p = PanelFns { unpack, ..panel };
+            panel_matmul(p, false, wms, x, tokens, ys, scratch, pool);
         } else {
             // Nothing to unpack: stored panels take every batch.
             panel_matmul(

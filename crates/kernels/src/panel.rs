@@ -388,12 +388,15 @@ pub fn prepare_q6_k(cols: usize, act: &[u8], out: &mut [u8]) {
 
 // ------------------------------------------------------------ stored panels
 //
-// A Q8_0 matrix whose rows come in whole panels can be *stored* as panels
-// (rewritten once, at load): then no call unpacks it, and decoding reads
-// sixteen rows per 512-bit vector with one broadcast activation dword per
-// `vpdpbusd`, about a quarter of the instructions per byte of the eight-row
-// kernel over ggml's rows (which left single-token matmuls compute-bound
-// where a host's memory is fast).
+// A Q8_0 or Q5_0 matrix whose rows come in whole panels can be *stored* as
+// panels (rewritten once, at load): then decoding reads sixteen rows per
+// 512-bit vector with one broadcast activation dword per `vpdpbusd`, about
+// a quarter of the instructions per byte of the eight-row kernels over
+// ggml's rows (which left single-token matmuls compute-bound where a host's
+// memory is fast). Each stored layout is exactly the size of its rows: a
+// Q8_0 block is the panel's own (no call unpacks it), a Q5_0 block keeps
+// its nibbles and fifth bits packed and is expanded in registers (or, for
+// large batches, unpacked per call like the rows).
 
 /// Bytes per block of a stored Q8_0 panel: the legacy panel's 512 bytes of
 /// quants (`w + 128`), then the sixteen rows' scales as the file's f16. That
@@ -427,7 +430,19 @@ pub struct StoredPanelFns {
     pub narrow: PanelFn,
     /// Stored bytes per weight block.
     pub block_bytes: usize,
+    /// Where a stored block is packed tighter than the type's panel: a
+    /// stored panel → that panel ([`UnpackFn`] over its bytes), which
+    /// batches of [`STORED_UNPACK_TOKENS`] or more multiply instead of
+    /// expanding every block again for each group of tokens.
+    pub unpack: Option<UnpackFn>,
 }
+
+/// Batches of at least this many tokens unpack stored panels that have an
+/// unpacker. Q5_0's stored kernels expand each block again per eight
+/// tokens: on the Zen 4 host (kernel bench, 2048×640 and 640×2048, runs
+/// alternated) that was 3-10 % faster than unpacking at 16 and 32 tokens,
+/// 5-8 % slower at 64 and 14-16 % slower at 512.
+pub const STORED_UNPACK_TOKENS: usize = 64;
 
 impl StoredPanelFns {
     /// `p` (the type's panel functions) multiplying stored panels in place
@@ -442,40 +457,76 @@ impl StoredPanelFns {
     }
 }
 
-/// Checks a stored Q8_0 panel's shape; returns its blocks per row.
-fn stored_q8_0_shape(cols: usize, panel_len: usize) -> usize {
+/// Bytes per block of a stored Q5_0 panel, exactly the sixteen rows'
+/// blocks (22 bytes each): for `j` in 0..4, 64 bytes holding bytes
+/// `4j..4j+4` of each row's low-nibble pairs (values `4j..4j+4` below,
+/// `16+4j..` above); then for dword `k` in 0..8 a 64-bit mask whose bit
+/// `4r + i` is the fifth bit of row `r`'s value `4k + i` (an AVX-512 byte
+/// mask of the legacy panel's dword `k`); then the rows' scales as f16.
+/// A kernel rebuilds the legacy panel's quants `w + 16` with two ands, a
+/// shift and one masked add per 64 bytes.
+pub const STORED_Q5_0_BLOCK: usize = 352;
+
+/// Checks a stored panel's shape (blocks of 32 values, `block` bytes each
+/// stored); returns its blocks per row.
+fn stored_shape(ty: GgmlType, block: usize, cols: usize, panel_len: usize) -> usize {
     assert!(
         cols > 0 && cols.is_multiple_of(32),
-        "Q8_0: {cols} values is not whole blocks"
+        "{ty}: {cols} values is not whole blocks"
     );
     let nb = cols / 32;
-    assert_eq!(panel_len, nb * STORED_Q8_0_BLOCK, "stored Q8_0 panel size");
+    assert_eq!(panel_len, nb * block, "stored {ty} panel size");
     nb
 }
 
-pub fn store_q8_0(cols: usize, rows: &[u8], out: &mut [u8]) {
-    let nb = stored_q8_0_shape(cols, out.len());
-    assert_eq!(rows.len(), out.len(), "a stored panel is its sixteen rows");
-    let wrow = nb * 34;
-    for (i, dst) in out.chunks_exact_mut(STORED_Q8_0_BLOCK).enumerate() {
-        for r in 0..PANEL_ROWS {
-            let b: &[u8; 34] = rows[r * wrow + i * 34..][..34].try_into().unwrap();
-            for (k, q) in q8_0_dwords(b).into_iter().enumerate() {
-                put(dst, 64 * k + 4 * r, q.to_le_bytes());
-            }
-            dst[512 + 2 * r..514 + 2 * r].copy_from_slice(&b[..2]);
-        }
-    }
-}
-
-pub fn stored_row_q8_0(cols: usize, panel: &[u8], r: usize, out: &mut [u8]) {
-    let nb = stored_q8_0_shape(cols, panel.len());
+/// Checks a stored-row call: `r` names one of a panel's rows and `out`
+/// holds `len`.
+fn check_stored_row(r: usize, out: usize, len: usize) {
     assert!(
         r < PANEL_ROWS,
         "a panel has {PANEL_ROWS} rows, not {}",
         r + 1
     );
-    assert_eq!(out.len(), nb * 34, "Q8_0 row size");
+    assert_eq!(out, len, "stored row size");
+}
+
+/// Sixteen rows' 34- or 22-byte blocks → stored blocks, each through `block`.
+fn store_blocks<const TS: usize, const SB: usize>(
+    ty: GgmlType,
+    cols: usize,
+    rows: &[u8],
+    out: &mut [u8],
+    block: impl Fn(usize, &[u8; TS], &mut [u8; SB]),
+) {
+    let nb = stored_shape(ty, SB, cols, out.len());
+    assert_eq!(rows.len(), out.len(), "a stored panel is its sixteen rows");
+    let wrow = nb * TS;
+    for (i, dst) in out.chunks_exact_mut(SB).enumerate() {
+        let dst: &mut [u8; SB] = dst.try_into().unwrap();
+        for r in 0..PANEL_ROWS {
+            block(r, rows[r * wrow + i * TS..][..TS].try_into().unwrap(), dst);
+        }
+    }
+}
+
+pub fn store_q8_0(cols: usize, rows: &[u8], out: &mut [u8]) {
+    store_blocks(
+        GgmlType::Q8_0,
+        cols,
+        rows,
+        out,
+        |r, b: &[u8; 34], dst: &mut [u8; STORED_Q8_0_BLOCK]| {
+            for (k, q) in q8_0_dwords(b).into_iter().enumerate() {
+                put(dst, 64 * k + 4 * r, q.to_le_bytes());
+            }
+            dst[512 + 2 * r..514 + 2 * r].copy_from_slice(&b[..2]);
+        },
+    );
+}
+
+pub fn stored_row_q8_0(cols: usize, panel: &[u8], r: usize, out: &mut [u8]) {
+    let nb = stored_shape(GgmlType::Q8_0, STORED_Q8_0_BLOCK, cols, panel.len());
+    check_stored_row(r, out.len(), nb * 34);
     for (src, b) in panel
         .chunks_exact(STORED_Q8_0_BLOCK)
         .zip(out.chunks_exact_mut(34))
@@ -492,13 +543,8 @@ pub fn stored_row_q8_0(cols: usize, panel: &[u8], r: usize, out: &mut [u8]) {
 }
 
 pub fn stored_dequantize_row_q8_0(cols: usize, panel: &[u8], r: usize, out: &mut [f32]) {
-    stored_q8_0_shape(cols, panel.len());
-    assert!(
-        r < PANEL_ROWS,
-        "a panel has {PANEL_ROWS} rows, not {}",
-        r + 1
-    );
-    assert_eq!(out.len(), cols, "Q8_0 row length");
+    stored_shape(GgmlType::Q8_0, STORED_Q8_0_BLOCK, cols, panel.len());
+    check_stored_row(r, out.len(), cols);
     for (src, y) in panel
         .chunks_exact(STORED_Q8_0_BLOCK)
         .zip(out.chunks_exact_mut(32))
@@ -508,6 +554,82 @@ pub fn stored_dequantize_row_q8_0(cols: usize, panel: &[u8], r: usize, out: &mut
         for (j, y) in y.iter_mut().enumerate() {
             let q = src[64 * (j / 4) + 4 * r + j % 4] ^ 0x80;
             *y = q as i8 as f32 * d;
+        }
+    }
+}
+
+pub fn store_q5_0(cols: usize, rows: &[u8], out: &mut [u8]) {
+    store_blocks(
+        GgmlType::Q5_0,
+        cols,
+        rows,
+        out,
+        |r, b: &[u8; 22], dst: &mut [u8; STORED_Q5_0_BLOCK]| {
+            for j in 0..4 {
+                dst[64 * j + 4 * r..64 * j + 4 * r + 4].copy_from_slice(&b[6 + 4 * j..10 + 4 * j]);
+            }
+            let qh = u32_at(b, 2);
+            for k in 0..8 {
+                let at = 256 + 8 * k;
+                let mut mask = u64::from_le_bytes(dst[at..at + 8].try_into().unwrap());
+                mask &= !(0xF << (4 * r));
+                mask |= (((qh >> (4 * k)) & 0xF) as u64) << (4 * r);
+                dst[at..at + 8].copy_from_slice(&mask.to_le_bytes());
+            }
+            dst[320 + 2 * r..322 + 2 * r].copy_from_slice(&b[..2]);
+        },
+    );
+}
+
+/// Row `r`'s fifth bits (ggml's `qh`) of a stored Q5_0 block.
+#[inline(always)]
+fn stored_q5_0_qh(src: &[u8], r: usize) -> u32 {
+    (0..8)
+        .map(|k| {
+            let mask = u64::from_le_bytes(src[256 + 8 * k..264 + 8 * k].try_into().unwrap());
+            (((mask >> (4 * r)) & 0xF) as u32) << (4 * k)
+        })
+        .fold(0, |a, b| a | b)
+}
+
+/// Row `r`'s block, in ggml's layout, of a stored Q5_0 block.
+#[inline(always)]
+fn stored_q5_0_row_block(src: &[u8], r: usize) -> [u8; 22] {
+    let mut b = [0u8; 22];
+    b[..2].copy_from_slice(&src[320 + 2 * r..322 + 2 * r]);
+    put(&mut b, 2, stored_q5_0_qh(src, r).to_le_bytes());
+    for j in 0..4 {
+        b[6 + 4 * j..10 + 4 * j].copy_from_slice(&src[64 * j + 4 * r..64 * j + 4 * r + 4]);
+    }
+    b
+}
+
+pub fn stored_row_q5_0(cols: usize, panel: &[u8], r: usize, out: &mut [u8]) {
+    let nb = stored_shape(GgmlType::Q5_0, STORED_Q5_0_BLOCK, cols, panel.len());
+    check_stored_row(r, out.len(), nb * 22);
+    for (src, b) in panel
+        .chunks_exact(STORED_Q5_0_BLOCK)
+        .zip(out.chunks_exact_mut(22))
+    {
+        b.copy_from_slice(&stored_q5_0_row_block(src, r));
+    }
+}
+
+pub fn stored_dequantize_row_q5_0(cols: usize, panel: &[u8], r: usize, out: &mut [f32]) {
+    stored_shape(GgmlType::Q5_0, STORED_Q5_0_BLOCK, cols, panel.len());
+    check_stored_row(r, out.len(), cols);
+    for (src, y) in panel
+        .chunks_exact(STORED_Q5_0_BLOCK)
+        .zip(out.chunks_exact_mut(32))
+    {
+        // ggml's `(q − 16)·d` per value.
+        let d = f16_at(src, 320 + 2 * r);
+        let qh = stored_q5_0_qh(src, r);
+        for (j, y) in y.iter_mut().enumerate() {
+            let pair = src[64 * (j % 16 / 4) + 4 * r + j % 4];
+            let low = if j < 16 { pair & 0x0F } else { pair >> 4 };
+            let q = low as i32 | (((qh >> j) & 1) << 4) as i32;
+            *y = (q - 16) as f32 * d;
         }
     }
 }

@@ -558,6 +558,20 @@ fn check_stored(k: &TypeKernels, n: usize, w: &[u8], cols: &[Vec<u8>], seed: u64
     for (src, dst) in flat.chunks_exact(pb).zip(stored.chunks_exact_mut(pb)) {
         (s.store)(n, src, dst);
     }
+    // A stored panel unpacked gives the bytes of its rows unpacked.
+    if let Some(unpack) = s.unpack {
+        for (src, panel) in flat.chunks_exact(pb).zip(stored.chunks_exact(pb)) {
+            let mut want = vec![0x11u8; p.panel_bytes(n)];
+            (p.unpack)(n, src, &mut want);
+            let mut got = vec![0x22u8; p.panel_bytes(n)];
+            unpack(n, panel, &mut got);
+            assert!(
+                got == want,
+                "{} {ty}: a stored panel unpacked unlike its rows (seed {seed})",
+                k.isa
+            );
+        }
+    }
     // Under Miri (about 1000× slower) a few rows only.
     let checked: Vec<usize> = if cfg!(miri) {
         vec![0, 17, 31]

@@ -117,15 +117,20 @@ fn avx512_row_kernels_give_avx2_bits() {
 /// kernel), narrow and wide panel calls, padded batches.
 #[test]
 fn stored_panels_give_the_rows_bits() {
-    for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
-        let k = kernels_for(GgmlType::Q8_0, isa).unwrap();
+    let types = [GgmlType::Q8_0, GgmlType::Q5_0];
+    for (isa, ty) in Isa::ALL
+        .into_iter()
+        .filter(|i| i.is_available())
+        .flat_map(|i| types.map(|t| (i, t)))
+    {
+        let k = kernels_for(ty, isa).unwrap();
         let Some(stored) = k.stored else {
             continue;
         };
         let (rows, cols) = (48, 1024);
         let wrow = k.weight_row_bytes(cols);
         let mut w = vec![0u8; rows * wrow];
-        lamina_quant::quantize_row(GgmlType::Q8_0, &pseudo(rows * cols, 5), &mut w).unwrap();
+        lamina_quant::quantize_row(ty, &pseudo(rows * cols, 5), &mut w).unwrap();
         let mut panels = vec![0u8; w.len()];
         for (src, dst) in w
             .chunks_exact(16 * wrow)
@@ -142,7 +147,7 @@ fn stored_panels_give_the_rows_bits() {
         };
         let (by_rows, by_panels) = (weights(&w, Layout::Rows), weights(&panels, Layout::Panels));
         let mut scratch = Scratch::new();
-        for tokens in [1, 2, 3, 5, 8, 14, 21, 40] {
+        for tokens in [1, 2, 3, 5, 8, 14, 21, 40, 64, 70] {
             let x = pseudo(tokens * cols, 13 + tokens as u32);
             let mut want = vec![0f32; tokens * rows];
             matmul(&by_rows, &x, tokens, &mut want, &mut scratch, &Serial).unwrap();
@@ -152,7 +157,7 @@ fn stored_panels_give_the_rows_bits() {
                 assert_eq!(
                     a.to_bits(),
                     b.to_bits(),
-                    "{} {tokens} tokens, token {} row {}: rows {a}, stored panels {b}",
+                    "{} {ty} {tokens} tokens, token {} row {}: rows {a}, stored panels {b}",
                     isa.name(),
                     i / rows,
                     i % rows

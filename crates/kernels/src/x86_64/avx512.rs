@@ -621,11 +621,64 @@ unsafe fn load512(p: *const u8) -> __m512i {
     unsafe { _mm512_loadu_si512(p.cast()) }
 }
 
-/// One 32-value block of a legacy panel (`wb`) against `T` prepared rows'
-/// blocks (`ys`): the exact sums `Σ(w + o)·a − o·Σa`, then the row kernel's
-/// `acc = fma(d_w·d_a, Σ, acc)` per lane.
+/// How a legacy panel's blocks are laid out: unpacked per call
+/// ([`crate::panel::LEGACY_BLOCK`]), or stored
+/// ([`crate::panel::STORED_Q8_0_BLOCK`], [`crate::panel::STORED_Q5_0_BLOCK`]).
+const UNPACKED: u8 = 0;
+const STORED_Q8_0: u8 = 1;
+const STORED_Q5_0: u8 = 2;
+
+const fn legacy_block_bytes(form: u8) -> usize {
+    match form {
+        UNPACKED => crate::panel::LEGACY_BLOCK,
+        STORED_Q8_0 => crate::panel::STORED_Q8_0_BLOCK,
+        _ => crate::panel::STORED_Q5_0_BLOCK,
+    }
+}
+
+/// A legacy panel block's eight quant dwords (`w + 2^shift`, one row per
+/// lane) and sixteen scales, from its `FORM`.
 #[inline(always)]
-unsafe fn legacy_panel_step<const T: usize, const STORED: bool>(
+unsafe fn legacy_block<const FORM: u8>(wb: *const u8) -> ([__m512i; 8], __m512) {
+    // SAFETY: a whole block of the form (the caller's contract); AVX-512 F/BW
+    // are enabled in the callers.
+    unsafe {
+        match FORM {
+            UNPACKED => (
+                std::array::from_fn(|k| load512(wb.add(64 * k))),
+                _mm512_loadu_ps(wb.add(512).cast()),
+            ),
+            STORED_Q8_0 => (
+                std::array::from_fn(|k| load512(wb.add(64 * k))),
+                load16_f16(wb.add(512)),
+            ),
+            _ => {
+                // Nibbles, then each dword's fifth bits added as 16 per byte.
+                let low = _mm512_set1_epi8(0x0F);
+                let sixteen = _mm512_set1_epi8(0x10);
+                // Plain loops: a closure here would not inherit the callers'
+                // target features, and one too large to inline ran 10× slower.
+                let mut w = [_mm512_setzero_si512(); 8];
+                for j in 0..4 {
+                    let p = load512(wb.add(64 * j));
+                    w[j] = _mm512_and_si512(p, low);
+                    w[j + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(p), low);
+                }
+                for (k, w) in w.iter_mut().enumerate() {
+                    let mask: __mmask64 = wb.add(256 + 8 * k).cast::<u64>().read_unaligned();
+                    *w = _mm512_mask_add_epi8(*w, mask, *w, sixteen);
+                }
+                (w, load16_f16(wb.add(320)))
+            }
+        }
+    }
+}
+
+/// One 32-value block of a legacy panel (`wb`, laid out as `FORM`) against
+/// `T` prepared rows' blocks (`ys`): the exact sums `Σ(w + o)·a − o·Σa`,
+/// then the row kernel's `acc = fma(d_w·d_a, Σ, acc)` per lane.
+#[inline(always)]
+unsafe fn legacy_panel_step<const T: usize, const FORM: u8>(
     wb: *const u8,
     ys: [*const u8; T],
     acc: &mut [__m512; T],
@@ -633,12 +686,7 @@ unsafe fn legacy_panel_step<const T: usize, const STORED: bool>(
     // SAFETY: a whole panel block and `T` whole prepared blocks (the kernel's
     // contract); AVX-512 F/BW + VNNI are enabled in the callers.
     unsafe {
-        let w: [__m512i; 8] = std::array::from_fn(|k| load512(wb.add(64 * k)));
-        let dw = if STORED {
-            load16_f16(wb.add(512))
-        } else {
-            _mm512_loadu_ps(wb.add(512).cast())
-        };
+        let (w, dw) = legacy_block::<FORM>(wb);
         for t in 0..T {
             let y = ys[t];
             // Two chains, so eight tokens keep both `vpdpbusd` ports busy
@@ -659,7 +707,7 @@ unsafe fn legacy_panel_step<const T: usize, const STORED: bool>(
 /// apart: even and odd blocks in two chains, added at the end (the row
 /// kernels' order).
 #[inline(always)]
-unsafe fn legacy_panel<const T: usize, const STORED: bool>(
+unsafe fn legacy_panel<const T: usize, const FORM: u8>(
     nb: usize,
     panel: *const u8,
     acts: *const u8,
@@ -669,22 +717,18 @@ unsafe fn legacy_panel<const T: usize, const STORED: bool>(
     // SAFETY: `nb` panel blocks, `T` prepared rows of `nb` blocks and `16·T`
     // floats of output (the wrapper's checks); features enabled in the callers.
     unsafe {
-        use crate::panel::{LEGACY_ACT, LEGACY_BLOCK, STORED_Q8_0_BLOCK};
-        let block = if STORED {
-            STORED_Q8_0_BLOCK
-        } else {
-            LEGACY_BLOCK
-        };
+        use crate::panel::LEGACY_ACT;
+        let block = legacy_block_bytes(FORM);
         let (mut even, mut odd) = ([_mm512_setzero_ps(); T], [_mm512_setzero_ps(); T]);
         let ys = |i: usize| std::array::from_fn(|t| acts.add(t * arow + i * LEGACY_ACT));
         let mut i = 0;
         while i + 2 <= nb {
-            legacy_panel_step::<T, STORED>(panel.add(i * block), ys(i), &mut even);
-            legacy_panel_step::<T, STORED>(panel.add((i + 1) * block), ys(i + 1), &mut odd);
+            legacy_panel_step::<T, FORM>(panel.add(i * block), ys(i), &mut even);
+            legacy_panel_step::<T, FORM>(panel.add((i + 1) * block), ys(i + 1), &mut odd);
             i += 2;
         }
         if i < nb {
-            legacy_panel_step::<T, STORED>(panel.add(i * block), ys(i), &mut even);
+            legacy_panel_step::<T, FORM>(panel.add(i * block), ys(i), &mut even);
         }
         for t in 0..T {
             _mm512_storeu_ps(out.add(16 * t), _mm512_add_ps(even[t], odd[t]));
@@ -701,11 +745,11 @@ unsafe fn legacy_panel_unpacked<const T: usize>(
     out: *mut f32,
 ) {
     // SAFETY: forwarded (the same contract).
-    unsafe { legacy_panel::<T, false>(nb, panel, acts, arow, out) }
+    unsafe { legacy_panel::<T, UNPACKED>(nb, panel, acts, arow, out) }
 }
 
 #[inline(always)]
-unsafe fn stored_panel<const T: usize>(
+unsafe fn stored_panel_q8_0<const T: usize>(
     nb: usize,
     panel: *const u8,
     acts: *const u8,
@@ -713,16 +757,55 @@ unsafe fn stored_panel<const T: usize>(
     out: *mut f32,
 ) {
     // SAFETY: forwarded (the same contract, over stored blocks).
-    unsafe { legacy_panel::<T, true>(nb, panel, acts, arow, out) }
+    unsafe { legacy_panel::<T, STORED_Q8_0>(nb, panel, acts, arow, out) }
 }
 
-/// `n` stored Q8_0 panels of `nb` blocks against one prepared row, each
+#[inline(always)]
+unsafe fn stored_panel_q5_0<const T: usize>(
+    nb: usize,
+    panel: *const u8,
+    acts: *const u8,
+    arow: usize,
+    out: *mut f32,
+) {
+    // SAFETY: forwarded (the same contract, over stored blocks).
+    unsafe { legacy_panel::<T, STORED_Q5_0>(nb, panel, acts, arow, out) }
+}
+
+/// `n` stored legacy panels of `nb` blocks against one prepared row, each
 /// panel as [`legacy_panel`] for one token. No software prefetch: a task's
 /// panels are one linear stream, which the hardware's prefetchers follow
 /// better alone. On the Zen 4 host, SmolLM2's single-token matmuls back to
 /// back streamed 36-39 GB/s without it against 32-35 with prefetches 8 KiB
 /// ahead where the probe read 34-37 (vCPUs close), and 53-59 against 39-42
 /// where it read 61-63 (far apart); 1 to 32 KiB ahead were all slower.
+#[inline(always)]
+unsafe fn stored_single<const FORM: u8>(
+    nb: usize,
+    panels: *const u8,
+    n: usize,
+    act: *const u8,
+    out: *mut f32,
+) {
+    use crate::panel::LEGACY_ACT;
+    let block = legacy_block_bytes(FORM);
+    // SAFETY: `n` panels of `nb` stored blocks, a prepared row of `nb` blocks
+    // and `16·n` floats of output (the wrapper's checks); the features are
+    // enabled in the callers.
+    unsafe {
+        for p in 0..n {
+            let panel = panels.add(p * nb * block);
+            let (mut even, mut odd) = ([_mm512_setzero_ps()], [_mm512_setzero_ps()]);
+            for i in 0..nb {
+                let wb = panel.add(i * block);
+                let acc = if i % 2 == 0 { &mut even } else { &mut odd };
+                legacy_panel_step::<1, FORM>(wb, [act.add(i * LEGACY_ACT)], acc);
+            }
+            _mm512_storeu_ps(out.add(16 * p), _mm512_add_ps(even[0], odd[0]));
+        }
+    }
+}
+
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn k_stored_single_q8_0(
     nb: usize,
@@ -731,43 +814,112 @@ unsafe fn k_stored_single_q8_0(
     act: *const u8,
     out: *mut f32,
 ) {
-    use crate::panel::{LEGACY_ACT, STORED_Q8_0_BLOCK};
-    // SAFETY: `n` panels of `nb` stored blocks, a prepared row of `nb` blocks
-    // and `16·n` floats of output (the wrapper's checks); the features are enabled.
+    // SAFETY: forwarded from the wrapper's checks.
+    unsafe { stored_single::<STORED_Q8_0>(nb, panels, n, act, out) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn k_stored_single_q5_0(
+    nb: usize,
+    panels: *const u8,
+    n: usize,
+    act: *const u8,
+    out: *mut f32,
+) {
+    // SAFETY: forwarded from the wrapper's checks.
+    unsafe { stored_single::<STORED_Q5_0>(nb, panels, n, act, out) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn k_unpack_stored_q5_0(nb: usize, panel: *const u8, out: *mut u8) {
+    use crate::panel::{LEGACY_BLOCK, STORED_Q5_0_BLOCK};
+    // SAFETY: `nb` stored blocks in and `nb` legacy blocks out (the wrapper's
+    // checks); the features are enabled.
     unsafe {
-        for p in 0..n {
-            let panel = panels.add(p * nb * STORED_Q8_0_BLOCK);
-            let (mut even, mut odd) = ([_mm512_setzero_ps()], [_mm512_setzero_ps()]);
-            for i in 0..nb {
-                let wb = panel.add(i * STORED_Q8_0_BLOCK);
-                let acc = if i % 2 == 0 { &mut even } else { &mut odd };
-                legacy_panel_step::<1, true>(wb, [act.add(i * LEGACY_ACT)], acc);
+        for i in 0..nb {
+            let (w, dw) = legacy_block::<STORED_Q5_0>(panel.add(i * STORED_Q5_0_BLOCK));
+            let dst = out.add(i * LEGACY_BLOCK);
+            for (k, w) in w.into_iter().enumerate() {
+                _mm512_storeu_si512(dst.add(64 * k).cast(), w);
             }
-            _mm512_storeu_ps(out.add(16 * p), _mm512_add_ps(even[0], odd[0]));
+            _mm512_storeu_ps(dst.add(512).cast(), dw);
         }
     }
 }
 
-pub(crate) fn stored_single_q8_0(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
-    use crate::panel::{LEGACY_ACT, STORED_Q8_0_BLOCK};
+/// A stored Q5_0 panel → the legacy panel, with the stored kernels'
+/// expansion (checked against the file's rows unpacked).
+pub(crate) fn unpack_stored_q5_0(cols: usize, panel: &[u8], out: &mut [u8]) {
+    use crate::panel::{LEGACY_BLOCK, STORED_Q5_0_BLOCK};
     assert!(
-        cols > 0 && cols.is_multiple_of(32),
-        "Q8_0: {cols} values is not whole blocks"
+        cols.is_multiple_of(32),
+        "Q5_0: {cols} values is not whole blocks"
     );
     let nb = cols / 32;
-    let pbytes = nb * STORED_Q8_0_BLOCK;
+    assert_eq!(
+        panel.len(),
+        nb * STORED_Q5_0_BLOCK,
+        "stored Q5_0 panel size"
+    );
+    assert_eq!(out.len(), nb * LEGACY_BLOCK, "Q5_0 panel size");
+    // SAFETY: `nb` blocks each way (checked above); reachable only through the
+    // AVX512 table, handed out after AVX-512 F/BW/VL + VNNI were detected.
+    unsafe { k_unpack_stored_q5_0(nb, panel.as_ptr(), out.as_mut_ptr()) }
+}
+
+/// Checks a one-token stored call; returns (blocks per row, panels).
+fn stored_single_call(
+    ty: &str,
+    block: usize,
+    cols: usize,
+    panels: &[u8],
+    act: &[u8],
+    out: &[f32],
+) -> (usize, usize) {
+    use crate::panel::LEGACY_ACT;
+    assert!(
+        cols > 0 && cols.is_multiple_of(32),
+        "{ty}: {cols} values is not whole blocks"
+    );
+    let nb = cols / 32;
+    let pbytes = nb * block;
     assert!(
         panels.len().is_multiple_of(pbytes),
-        "stored Q8_0: {} bytes is not whole panels",
+        "stored {ty}: {} bytes is not whole panels",
         panels.len()
     );
     let n = panels.len() / pbytes;
     assert_eq!(act.len(), nb * LEGACY_ACT, "prepared Q8_0 row size");
     assert_eq!(out.len(), 16 * n, "stored panel output size");
+    (nb, n)
+}
+
+pub(crate) fn stored_single_q8_0(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
+    let (nb, n) = stored_single_call(
+        "Q8_0",
+        crate::panel::STORED_Q8_0_BLOCK,
+        cols,
+        panels,
+        act,
+        out,
+    );
     // SAFETY: `n` whole panels, a prepared row of `nb` blocks and `16·n` outputs
     // (checked above); reachable only through the AVX512 table, handed out after
     // AVX-512 F/BW/VL + VNNI were detected.
     unsafe { k_stored_single_q8_0(nb, panels.as_ptr(), n, act.as_ptr(), out.as_mut_ptr()) }
+}
+
+pub(crate) fn stored_single_q5_0(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
+    let (nb, n) = stored_single_call(
+        "Q5_0",
+        crate::panel::STORED_Q5_0_BLOCK,
+        cols,
+        panels,
+        act,
+        out,
+    );
+    // SAFETY: as for Q8_0, over stored Q5_0 panels (checked above).
+    unsafe { k_stored_single_q5_0(nb, panels.as_ptr(), n, act.as_ptr(), out.as_mut_ptr()) }
 }
 
 /// `s + x · scale` per i32 lane, exact for `|x| < 2^15` and a scale
@@ -959,8 +1111,10 @@ pub(super) fn panel_call(
 panel_fns! {
     "legacy", 32: legacy_panel_unpacked, crate::panel::LEGACY_BLOCK, crate::panel::LEGACY_ACT,
         k_panel8_legacy => panel8_legacy, k_panel4_legacy => panel4_legacy;
-    "stored Q8_0", 32: stored_panel, crate::panel::STORED_Q8_0_BLOCK, crate::panel::LEGACY_ACT,
+    "stored Q8_0", 32: stored_panel_q8_0, crate::panel::STORED_Q8_0_BLOCK, crate::panel::LEGACY_ACT,
         k_panel8_stored_q8_0 => panel8_stored_q8_0, k_panel4_stored_q8_0 => panel4_stored_q8_0;
+    "stored Q5_0", 32: stored_panel_q5_0, crate::panel::STORED_Q5_0_BLOCK, crate::panel::LEGACY_ACT,
+        k_panel8_stored_q5_0 => panel8_stored_q5_0, k_panel4_stored_q5_0 => panel4_stored_q5_0;
     "Q4_K", 256: q4_k_panel, crate::panel::Q4_K_BLOCK, crate::panel::Q4_K_ACT,
         k_panel8_q4_k => panel8_q4_k, k_panel4_q4_k => panel4_q4_k;
     "Q6_K", 256: q6_k_panel, crate::panel::Q6_K_BLOCK, crate::panel::Q6_K_ACT,

@@ -427,28 +427,40 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
         avx2::quantize_prepared_q4_0,
     ),
     with(AVX2[4], V, None, None, None),
-    fused(
-        panels(
-            tiles(
-                rows8(
-                    with(AVX2[5], V, None, None, None),
-                    avx512::vec_dot_rows8_q5_0,
+    stored(
+        fused(
+            panels(
+                tiles(
+                    rows8(
+                        with(AVX2[5], V, None, None, None),
+                        avx512::vec_dot_rows8_q5_0,
+                    ),
+                    4,
+                    (
+                        avx512::tile16_q5_0,
+                        avx512::tile12_q5_0,
+                        avx512::tile8_q5_0,
+                        avx512::tile4_q5_0,
+                    ),
                 ),
-                4,
-                (
-                    avx512::tile16_q5_0,
-                    avx512::tile12_q5_0,
-                    avx512::tile8_q5_0,
-                    avx512::tile4_q5_0,
-                ),
+                avx512::unpack_q5_0,
+                panel::prepare_q5_0,
+                LEGACY_PANEL,
+                panel::LEGACY_BLOCK,
+                panel::LEGACY_ACT,
             ),
-            avx512::unpack_q5_0,
-            panel::prepare_q5_0,
-            LEGACY_PANEL,
-            panel::LEGACY_BLOCK,
-            panel::LEGACY_ACT,
+            avx2::quantize_prepared_q5_0,
         ),
-        avx2::quantize_prepared_q5_0,
+        panel::StoredPanelFns {
+            store: panel::store_q5_0,
+            row: panel::stored_row_q5_0,
+            dequantize_row: panel::stored_dequantize_row_q5_0,
+            single: avx512::stored_single_q5_0,
+            wide: avx512::panel8_stored_q5_0,
+            narrow: avx512::panel4_stored_q5_0,
+            block_bytes: panel::STORED_Q5_0_BLOCK,
+            unpack: Some(avx512::unpack_stored_q5_0),
+        },
     ),
     with(AVX2[6], V, None, None, None),
     stored(
@@ -483,6 +495,8 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
             wide: avx512::panel8_stored_q8_0,
             narrow: avx512::panel4_stored_q8_0,
             block_bytes: panel::STORED_Q8_0_BLOCK,
+            // Its stored blocks are the panel's, scales as f16.
+            unpack: None,
         },
     ),
     with(AVX2[8], V, None, None, None),
