@@ -467,14 +467,15 @@ impl StoredPanelFns {
 /// shift and one masked add per 64 bytes.
 pub const STORED_Q5_0_BLOCK: usize = 352;
 
-/// Checks a stored panel's shape (blocks of 32 values, `block` bytes each
-/// stored); returns its blocks per row.
+/// Checks a stored panel's shape (`block` bytes per stored block of `ty`);
+/// returns its blocks per row.
 fn stored_shape(ty: GgmlType, block: usize, cols: usize, panel_len: usize) -> usize {
+    let bs = ty.block_size();
     assert!(
-        cols > 0 && cols.is_multiple_of(32),
+        cols > 0 && cols.is_multiple_of(bs),
         "{ty}: {cols} values is not whole blocks"
     );
-    let nb = cols / 32;
+    let nb = cols / bs;
     assert_eq!(panel_len, nb * block, "stored {ty} panel size");
     nb
 }
@@ -490,7 +491,7 @@ fn check_stored_row(r: usize, out: usize, len: usize) {
     assert_eq!(out, len, "stored row size");
 }
 
-/// Sixteen rows' 34- or 22-byte blocks → stored blocks, each through `block`.
+/// Sixteen rows' blocks (`TS` bytes) → stored blocks, each through `block`.
 fn store_blocks<const TS: usize, const SB: usize>(
     ty: GgmlType,
     cols: usize,
@@ -630,6 +631,89 @@ pub fn stored_dequantize_row_q5_0(cols: usize, panel: &[u8], r: usize, out: &mut
             let low = if j < 16 { pair & 0x0F } else { pair >> 4 };
             let q = low as i32 | (((qh >> j) & 1) << 4) as i32;
             *y = (q - 16) as f32 * d;
+        }
+    }
+}
+
+/// Bytes per super-block of a stored Q4_K panel, exactly the sixteen rows'
+/// blocks (144 bytes each): for each pair `j` of 32-value sub-blocks and
+/// dword `k` in 0..8, 64 bytes holding bytes `32j + 4k..+4` of each row's
+/// quants (sub-block `2j` in the low nibbles, `2j + 1` in the high ones);
+/// then the rows' twelve bytes of 6-bit scales and mins as three dwords
+/// (`2048 + 64m`); then `d` and `dmin` as f16 (2240, 2272). A kernel
+/// rebuilds the Q4_K panel's quants with an and (and a shift), and its
+/// scales and mins with a few byte shuffles per super-block.
+pub const STORED_Q4_K_BLOCK: usize = 2304;
+
+pub fn store_q4_k(cols: usize, rows: &[u8], out: &mut [u8]) {
+    store_blocks(
+        GgmlType::Q4_K,
+        cols,
+        rows,
+        out,
+        |r, b: &[u8; 144], dst: &mut [u8; STORED_Q4_K_BLOCK]| {
+            for j in 0..4 {
+                for k in 0..8 {
+                    let at = 512 * j + 64 * k + 4 * r;
+                    dst[at..at + 4].copy_from_slice(&b[16 + 32 * j + 4 * k..20 + 32 * j + 4 * k]);
+                }
+            }
+            for m in 0..3 {
+                dst[2048 + 64 * m + 4 * r..2052 + 64 * m + 4 * r]
+                    .copy_from_slice(&b[4 + 4 * m..8 + 4 * m]);
+            }
+            dst[2240 + 2 * r..2242 + 2 * r].copy_from_slice(&b[..2]);
+            dst[2272 + 2 * r..2274 + 2 * r].copy_from_slice(&b[2..4]);
+        },
+    );
+}
+
+/// Row `r`'s block, in ggml's layout, of a stored Q4_K super-block.
+#[inline(always)]
+fn stored_q4_k_row_block(src: &[u8], r: usize) -> [u8; 144] {
+    let mut b = [0u8; 144];
+    b[..2].copy_from_slice(&src[2240 + 2 * r..2242 + 2 * r]);
+    b[2..4].copy_from_slice(&src[2272 + 2 * r..2274 + 2 * r]);
+    for m in 0..3 {
+        b[4 + 4 * m..8 + 4 * m].copy_from_slice(&src[2048 + 64 * m + 4 * r..2052 + 64 * m + 4 * r]);
+    }
+    for j in 0..4 {
+        for k in 0..8 {
+            let at = 512 * j + 64 * k + 4 * r;
+            b[16 + 32 * j + 4 * k..20 + 32 * j + 4 * k].copy_from_slice(&src[at..at + 4]);
+        }
+    }
+    b
+}
+
+pub fn stored_row_q4_k(cols: usize, panel: &[u8], r: usize, out: &mut [u8]) {
+    let nb = stored_shape(GgmlType::Q4_K, STORED_Q4_K_BLOCK, cols, panel.len());
+    check_stored_row(r, out.len(), nb * 144);
+    for (src, b) in panel
+        .chunks_exact(STORED_Q4_K_BLOCK)
+        .zip(out.chunks_exact_mut(144))
+    {
+        b.copy_from_slice(&stored_q4_k_row_block(src, r));
+    }
+}
+
+pub fn stored_dequantize_row_q4_k(cols: usize, panel: &[u8], r: usize, out: &mut [f32]) {
+    stored_shape(GgmlType::Q4_K, STORED_Q4_K_BLOCK, cols, panel.len());
+    check_stored_row(r, out.len(), cols);
+    for (src, y) in panel
+        .chunks_exact(STORED_Q4_K_BLOCK)
+        .zip(out.chunks_exact_mut(256))
+    {
+        // ggml's `d·sc·q − dmin·m` per value, as it dequantizes rows.
+        let b = stored_q4_k_row_block(src, r);
+        let (d, dmin) = (f16_at(&b, 0), f16_at(&b, 2));
+        let (scales, mins) = k4_scales_mins(b[4..16].try_into().unwrap());
+        for (s, y) in y.chunks_exact_mut(32).enumerate() {
+            let (d1, m1) = (d * scales[s] as f32, dmin * mins[s] as f32);
+            for (l, y) in y.iter_mut().enumerate() {
+                let q = (b[16 + 32 * (s / 2) + l] >> (4 * (s % 2))) & 0xF;
+                *y = d1 * q as f32 - m1;
+            }
         }
     }
 }

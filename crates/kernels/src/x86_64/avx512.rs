@@ -867,21 +867,118 @@ pub(crate) fn unpack_stored_q5_0(cols: usize, panel: &[u8], out: &mut [u8]) {
     unsafe { k_unpack_stored_q5_0(nb, panel.as_ptr(), out.as_mut_ptr()) }
 }
 
-/// Checks a one-token stored call; returns (blocks per row, panels).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn k_stored_single_q4_k(
+    nb: usize,
+    panels: *const u8,
+    n: usize,
+    act: *const u8,
+    out: *mut f32,
+) {
+    use crate::panel::STORED_Q4_K_BLOCK;
+    // SAFETY: `n` panels of `nb` stored super-blocks, a prepared row and `16·n`
+    // outputs (the wrapper's checks); the features are enabled.
+    unsafe {
+        for p in 0..n {
+            let panel = panels.add(p * nb * STORED_Q4_K_BLOCK);
+            q4_k_panel::<1, true>(nb, panel, act, 0, out.add(16 * p));
+        }
+    }
+}
+
+pub(crate) fn stored_single_q4_k(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
+    use crate::panel::{Q4_K_ACT, STORED_Q4_K_BLOCK};
+    let (nb, n) = stored_single_call(
+        "Q4_K",
+        256,
+        STORED_Q4_K_BLOCK,
+        Q4_K_ACT,
+        cols,
+        panels,
+        act,
+        out,
+    );
+    // SAFETY: as for Q8_0, over stored Q4_K panels (checked above).
+    unsafe { k_stored_single_q4_k(nb, panels.as_ptr(), n, act.as_ptr(), out.as_mut_ptr()) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn k_unpack_stored_q4_k(nb: usize, panel: *const u8, out: *mut u8) {
+    use crate::panel::{Q4_K_BLOCK, STORED_Q4_K_BLOCK};
+    // SAFETY: `nb` stored super-blocks in and `nb` panel super-blocks out (the
+    // wrapper's checks); the features are enabled.
+    unsafe {
+        let low = _mm512_set1_epi8(0x0F);
+        for i in 0..nb {
+            let p = panel.add(i * STORED_Q4_K_BLOCK);
+            let dst = out.add(i * Q4_K_BLOCK);
+            for j in 0..4 {
+                for k in 0..8 {
+                    let packed = load512(p.add(512 * j + 64 * k));
+                    let lo = _mm512_and_si512(packed, low);
+                    let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(packed), low);
+                    _mm512_storeu_si512(dst.add(1024 * j + 64 * k).cast(), lo);
+                    _mm512_storeu_si512(dst.add(1024 * j + 512 + 64 * k).cast(), hi);
+                }
+            }
+            let meta = stored_q4_k_meta(p);
+            for sb in 0..8 {
+                let pick = (0x8080_8000 | (sb % 4) as u32) as i32;
+                let pick = _mm512_or_si512(lane_bytes4(), _mm512_set1_epi32(pick));
+                let sc = _mm512_shuffle_epi8(meta[sb / 4], pick);
+                _mm512_storeu_si512(dst.add(4096 + 64 * sb).cast(), sc);
+            }
+            for q in 0..4 {
+                let b = (2 * q % 4) as u32;
+                let pick = (0x8000_8000 | b | (b + 1) << 16) as i32;
+                let base = _mm512_or_si512(lane_bytes4(), _mm512_slli_epi32::<16>(lane_bytes4()));
+                let pick = _mm512_or_si512(base, _mm512_set1_epi32(pick));
+                let mins = _mm512_shuffle_epi8(meta[2 + q / 2], pick);
+                _mm512_storeu_si512(dst.add(4608 + 64 * q).cast(), mins);
+            }
+            _mm512_storeu_ps(dst.add(4864).cast(), load16_f16(p.add(2240)));
+            _mm512_storeu_ps(dst.add(4928).cast(), load16_f16(p.add(2272)));
+        }
+    }
+}
+
+/// A stored Q4_K panel → the Q4_K panel (checked against the file's rows unpacked).
+pub(crate) fn unpack_stored_q4_k(cols: usize, panel: &[u8], out: &mut [u8]) {
+    use crate::panel::{Q4_K_BLOCK, STORED_Q4_K_BLOCK};
+    assert!(
+        cols.is_multiple_of(256),
+        "Q4_K: {cols} values is not whole blocks"
+    );
+    let nb = cols / 256;
+    assert_eq!(
+        panel.len(),
+        nb * STORED_Q4_K_BLOCK,
+        "stored Q4_K panel size"
+    );
+    assert_eq!(out.len(), nb * Q4_K_BLOCK, "Q4_K panel size");
+    // SAFETY: `nb` super-blocks each way (checked above); reachable only through
+    // the AVX512 table, handed out after AVX-512 F/BW/VL + VNNI were detected.
+    unsafe { k_unpack_stored_q4_k(nb, panel.as_ptr(), out.as_mut_ptr()) }
+}
+
+/// Checks a one-token stored call (blocks of `bs` values, `block` bytes
+/// stored, `act_block` prepared); returns (blocks per row, panels).
+#[allow(clippy::too_many_arguments)]
 fn stored_single_call(
     ty: &str,
+    bs: usize,
     block: usize,
+    act_block: usize,
     cols: usize,
     panels: &[u8],
     act: &[u8],
     out: &[f32],
 ) -> (usize, usize) {
-    use crate::panel::LEGACY_ACT;
     assert!(
-        cols > 0 && cols.is_multiple_of(32),
+        cols > 0 && cols.is_multiple_of(bs),
         "{ty}: {cols} values is not whole blocks"
     );
-    let nb = cols / 32;
+    let nb = cols / bs;
     let pbytes = nb * block;
     assert!(
         panels.len().is_multiple_of(pbytes),
@@ -889,7 +986,7 @@ fn stored_single_call(
         panels.len()
     );
     let n = panels.len() / pbytes;
-    assert_eq!(act.len(), nb * LEGACY_ACT, "prepared Q8_0 row size");
+    assert_eq!(act.len(), nb * act_block, "prepared {ty} row size");
     assert_eq!(out.len(), 16 * n, "stored panel output size");
     (nb, n)
 }
@@ -897,7 +994,9 @@ fn stored_single_call(
 pub(crate) fn stored_single_q8_0(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
     let (nb, n) = stored_single_call(
         "Q8_0",
+        32,
         crate::panel::STORED_Q8_0_BLOCK,
+        crate::panel::LEGACY_ACT,
         cols,
         panels,
         act,
@@ -912,7 +1011,9 @@ pub(crate) fn stored_single_q8_0(cols: usize, panels: &[u8], act: &[u8], out: &m
 pub(crate) fn stored_single_q5_0(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
     let (nb, n) = stored_single_call(
         "Q5_0",
+        32,
         crate::panel::STORED_Q5_0_BLOCK,
+        crate::panel::LEGACY_ACT,
         cols,
         panels,
         act,
@@ -946,27 +1047,56 @@ unsafe fn scale_add(s: __m512i, x: __m512i, scale: __m512i) -> __m512i {
 /// kernel's interleaved steps, with fewer live registers); the result is
 /// `acc − accm`.
 #[inline(always)]
-unsafe fn q4_k_panel<const T: usize>(
+unsafe fn q4_k_panel<const T: usize, const STORED: bool>(
     nb: usize,
     panel: *const u8,
     acts: *const u8,
     arow: usize,
     out: *mut f32,
 ) {
-    // SAFETY: as for [`legacy_panel`], with Q4_K panel and prepared blocks.
+    // SAFETY: as for [`legacy_panel`], with Q4_K panel (or stored) and
+    // prepared blocks.
     unsafe {
-        use crate::panel::{Q4_K_ACT, Q4_K_BLOCK};
+        use crate::panel::{Q4_K_ACT, Q4_K_BLOCK, STORED_Q4_K_BLOCK};
+        let block = if STORED {
+            STORED_Q4_K_BLOCK
+        } else {
+            Q4_K_BLOCK
+        };
         let ys = |i: usize| -> [*const u8; T] {
             std::array::from_fn(|t| acts.add(t * arow + i * Q4_K_ACT))
         };
+        let low = _mm512_set1_epi8(0x0F);
         let mut acc = [_mm512_setzero_ps(); T];
         for i in 0..nb {
-            let p = panel.add(i * Q4_K_BLOCK);
+            let p = panel.add(i * block);
             let ys = ys(i);
+            let meta = if STORED {
+                stored_q4_k_meta(p)
+            } else {
+                [_mm512_setzero_si512(); 4]
+            };
             let mut s = [_mm512_setzero_si512(); T];
             for sb in 0..8 {
-                let w: [__m512i; 8] = std::array::from_fn(|k| load512(p.add(512 * sb + 64 * k)));
-                let sc = load512(p.add(4096 + 64 * sb));
+                let mut w = [_mm512_setzero_si512(); 8];
+                for (k, w) in w.iter_mut().enumerate() {
+                    *w = if !STORED {
+                        load512(p.add(512 * sb + 64 * k))
+                    } else if sb % 2 == 0 {
+                        _mm512_and_si512(load512(p.add(512 * (sb / 2) + 64 * k)), low)
+                    } else {
+                        let packed = load512(p.add(512 * (sb / 2) + 64 * k));
+                        _mm512_and_si512(_mm512_srli_epi16::<4>(packed), low)
+                    };
+                }
+                let sc = if STORED {
+                    // Byte `sb % 4` of the scales' dword alone, as an i32.
+                    let pick = (0x8080_8000 | (sb % 4) as u32) as i32;
+                    let pick = _mm512_or_si512(lane_bytes4(), _mm512_set1_epi32(pick));
+                    _mm512_shuffle_epi8(meta[sb / 4], pick)
+                } else {
+                    load512(p.add(4096 + 64 * sb))
+                };
                 for t in 0..T {
                     let y = ys[t].add(4 + 32 * sb);
                     let mut a0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], bcast(y));
@@ -978,7 +1108,11 @@ unsafe fn q4_k_panel<const T: usize>(
                     s[t] = scale_add(scale_add(s[t], a0, sc), a1, sc);
                 }
             }
-            let dw = _mm512_loadu_ps(p.add(4864).cast());
+            let dw = if STORED {
+                load16_f16(p.add(2240))
+            } else {
+                _mm512_loadu_ps(p.add(4864).cast())
+            };
             for t in 0..T {
                 let d = _mm512_mul_ps(dw, _mm512_set1_ps(f32_at(ys[t])));
                 acc[t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s[t]), acc[t]);
@@ -986,10 +1120,30 @@ unsafe fn q4_k_panel<const T: usize>(
         }
         let mut accm = [_mm512_setzero_ps(); T];
         for i in 0..nb {
-            let p = panel.add(i * Q4_K_BLOCK);
+            let p = panel.add(i * block);
             let ys = ys(i);
-            let mins: [__m512i; 4] = std::array::from_fn(|q| load512(p.add(4608 + 64 * q)));
-            let dmw = _mm512_loadu_ps(p.add(4928).cast());
+            let mut mins = [_mm512_setzero_si512(); 4];
+            if STORED {
+                let meta = stored_q4_k_meta(p);
+                for (q, mins) in mins.iter_mut().enumerate() {
+                    // Bytes `2q % 4` and `2q % 4 + 1` of the mins' dword, as an i16 pair.
+                    let b = (2 * q % 4) as u32;
+                    let pick = (0x8000_8000 | b | (b + 1) << 16) as i32;
+                    let base =
+                        _mm512_or_si512(lane_bytes4(), _mm512_slli_epi32::<16>(lane_bytes4()));
+                    let pick = _mm512_or_si512(base, _mm512_set1_epi32(pick));
+                    *mins = _mm512_shuffle_epi8(meta[2 + q / 2], pick);
+                }
+            } else {
+                for (q, mins) in mins.iter_mut().enumerate() {
+                    *mins = load512(p.add(4608 + 64 * q));
+                }
+            }
+            let dmw = if STORED {
+                load16_f16(p.add(2272))
+            } else {
+                _mm512_loadu_ps(p.add(4928).cast())
+            };
             for t in 0..T {
                 let y = ys[t];
                 let mut m = _mm512_madd_epi16(mins[0], bcast(y.add(260)));
@@ -1004,6 +1158,66 @@ unsafe fn q4_k_panel<const T: usize>(
             _mm512_storeu_ps(out.add(16 * t), _mm512_sub_ps(acc[t], accm[t]));
         }
     }
+}
+
+/// Each i32 lane's first byte index within its 128-bit lane (`4·(lane % 4)`),
+/// the base of the shuffles picking bytes of a lane's own dword.
+#[inline(always)]
+unsafe fn lane_bytes4() -> __m512i {
+    // SAFETY: AVX-512F is enabled in every caller.
+    unsafe { _mm512_set_epi32(12, 8, 4, 0, 12, 8, 4, 0, 12, 8, 4, 0, 12, 8, 4, 0) }
+}
+
+/// A stored Q4_K super-block's 6-bit scales and mins as bytes, one row per
+/// i32 lane: scales 0..4, scales 4..8, mins 0..4, mins 4..8 (ggml's
+/// `get_scale_min_k4` on the three dwords of twelve bytes).
+#[inline(always)]
+unsafe fn stored_q4_k_meta(p: *const u8) -> [__m512i; 4] {
+    // SAFETY: a whole stored super-block (the caller's contract); AVX-512F/BW.
+    unsafe {
+        let d0 = load512(p.add(2048));
+        let d1 = load512(p.add(2112));
+        let d2 = load512(p.add(2176));
+        let six = _mm512_set1_epi8(0x3F);
+        let low = _mm512_set1_epi8(0x0F);
+        let top = _mm512_set1_epi8(0x30);
+        [
+            _mm512_and_si512(d0, six),
+            _mm512_or_si512(
+                _mm512_and_si512(d2, low),
+                _mm512_and_si512(_mm512_srli_epi32::<2>(d0), top),
+            ),
+            _mm512_and_si512(d1, six),
+            _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi32::<4>(d2), low),
+                _mm512_and_si512(_mm512_srli_epi32::<2>(d1), top),
+            ),
+        ]
+    }
+}
+
+#[inline(always)]
+unsafe fn q4_k_panel_unpacked<const T: usize>(
+    nb: usize,
+    panel: *const u8,
+    acts: *const u8,
+    arow: usize,
+    out: *mut f32,
+) {
+    // SAFETY: forwarded (the same contract).
+    unsafe { q4_k_panel::<T, false>(nb, panel, acts, arow, out) }
+}
+
+#[inline(always)]
+unsafe fn stored_panel_q4_k<const T: usize>(
+    nb: usize,
+    panel: *const u8,
+    acts: *const u8,
+    arow: usize,
+    out: *mut f32,
+) {
+    // SAFETY: forwarded (the same contract, over stored super-blocks).
+    unsafe { q4_k_panel::<T, true>(nb, panel, acts, arow, out) }
 }
 
 /// A Q6_K panel against `T` prepared rows: signed quants `q − 32` against
@@ -1115,8 +1329,10 @@ panel_fns! {
         k_panel8_stored_q8_0 => panel8_stored_q8_0, k_panel4_stored_q8_0 => panel4_stored_q8_0;
     "stored Q5_0", 32: stored_panel_q5_0, crate::panel::STORED_Q5_0_BLOCK, crate::panel::LEGACY_ACT,
         k_panel8_stored_q5_0 => panel8_stored_q5_0, k_panel4_stored_q5_0 => panel4_stored_q5_0;
-    "Q4_K", 256: q4_k_panel, crate::panel::Q4_K_BLOCK, crate::panel::Q4_K_ACT,
+    "Q4_K", 256: q4_k_panel_unpacked, crate::panel::Q4_K_BLOCK, crate::panel::Q4_K_ACT,
         k_panel8_q4_k => panel8_q4_k, k_panel4_q4_k => panel4_q4_k;
+    "stored Q4_K", 256: stored_panel_q4_k, crate::panel::STORED_Q4_K_BLOCK, crate::panel::Q4_K_ACT,
+        k_panel8_stored_q4_k => panel8_stored_q4_k, k_panel4_stored_q4_k => panel4_stored_q4_k;
     "Q6_K", 256: q6_k_panel, crate::panel::Q6_K_BLOCK, crate::panel::Q6_K_ACT,
         k_panel8_q6_k => panel8_q6_k, k_panel4_q6_k => panel4_q6_k;
 }

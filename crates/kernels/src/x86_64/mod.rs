@@ -503,31 +503,43 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
     with(AVX2[9], V, None, None, None),
     // The K-quant tiles with VNNI units (rows side by side, the same bits as
     // the VNNI row kernels).
-    panels(
-        tiles(
-            rows8(
-                with(
-                    AVX2[10],
-                    V,
-                    None,
-                    Some(avx512::vec_dot_q4_k),
-                    Some(avx512::vec_dot_x4_q4_k),
+    stored(
+        panels(
+            tiles(
+                rows8(
+                    with(
+                        AVX2[10],
+                        V,
+                        None,
+                        Some(avx512::vec_dot_q4_k),
+                        Some(avx512::vec_dot_x4_q4_k),
+                    ),
+                    avx512::vec_dot_rows8_q4_k,
                 ),
-                avx512::vec_dot_rows8_q4_k,
+                0,
+                (
+                    avx512::tile16_q4_k,
+                    avx512::tile12_q4_k,
+                    avx512::tile8_q4_k,
+                    avx512::tile4_q4_k,
+                ),
             ),
-            0,
-            (
-                avx512::tile16_q4_k,
-                avx512::tile12_q4_k,
-                avx512::tile8_q4_k,
-                avx512::tile4_q4_k,
-            ),
+            avx512::unpack_q4_k,
+            panel::prepare_q4_k,
+            (avx512::panel8_q4_k, avx512::panel4_q4_k),
+            panel::Q4_K_BLOCK,
+            panel::Q4_K_ACT,
         ),
-        avx512::unpack_q4_k,
-        panel::prepare_q4_k,
-        (avx512::panel8_q4_k, avx512::panel4_q4_k),
-        panel::Q4_K_BLOCK,
-        panel::Q4_K_ACT,
+        panel::StoredPanelFns {
+            store: panel::store_q4_k,
+            row: panel::stored_row_q4_k,
+            dequantize_row: panel::stored_dequantize_row_q4_k,
+            single: avx512::stored_single_q4_k,
+            wide: avx512::panel8_stored_q4_k,
+            narrow: avx512::panel4_stored_q4_k,
+            block_bytes: panel::STORED_Q4_K_BLOCK,
+            unpack: Some(avx512::unpack_stored_q4_k),
+        },
     ),
     with(AVX2[11], V, None, None, None),
     panels(
