@@ -15,7 +15,7 @@
 //! Once the scratch is large enough, a call allocates nothing.
 
 use crate::pack::{self, TILE};
-use crate::panel::{PANEL_ROWS, PANEL_TOKENS, PanelFns, StoredPanelFns};
+use crate::panel::{PANEL_ROWS, PANEL_TOKENS, PanelFns};
 use crate::pool::ThreadPool;
 use crate::{KernelError, TypeKernels};
 
@@ -171,6 +171,16 @@ pub fn matmul_many<const N: usize>(
     let k = wms[0].kernels;
     let cols = wms[0].cols;
     let layout = wms[0].layout;
+    if tokens == 1
+        && cols > 0
+        && wms
+            .iter()
+            .all(|w| w.layout == Layout::Panels && w.cols == cols)
+    {
+        // Whatever their types: one region for all of them.
+        stored_single(wms, x, ys, scratch, pool);
+        return Ok(());
+    }
     if wms
         .iter()
         .any(|w| w.kernels.weight != k.weight || w.cols != cols || w.layout != layout)
@@ -192,9 +202,7 @@ pub fn matmul_many<const N: usize>(
         let (Some(stored), Some(panel)) = (k.stored, k.panel) else {
             unreachable!("stored panels without their kernels")
         };
-        if tokens == 1 {
-            stored_single(stored, panel, wms, x, ys, scratch, pool);
-        } else if let Some(unpack) = stored
+        if let Some(unpack) = stored
             .unpack
             .filter(|_| tokens >= crate::panel::STORED_UNPACK_TOKENS)
         {
@@ -414,31 +422,56 @@ fn prepare_row(
     }
 }
 
-/// [`matmul_many`] for one token over stored panels (shapes checked, one
-/// weight type): the activation prepared once, then tasks of whole panels
-/// as [`single_token_chunk_rows`] splits rows, each streaming its panels
-/// through the ISA's one-token kernel into its rows of the output.
+/// [`matmul_many`] for one token over stored panels (shapes checked, any
+/// weight types): the activation prepared once per weight type, then tasks
+/// of whole panels as [`single_token_chunk_rows`] splits rows, each
+/// streaming its panels through its type's one-token kernel into its rows
+/// of the output. Matrices of several types (Gemma 3's Q5_0 queries and
+/// keys with Q8_0 values) so share one parallel region.
 fn stored_single<const N: usize>(
-    s: StoredPanelFns,
-    p: PanelFns,
     wms: [&Weights<'_>; N],
     x: &[f32],
     ys: [&mut [f32]; N],
     scratch: &mut Scratch,
     pool: &dyn ThreadPool,
 ) {
-    let k = wms[0].kernels;
     let cols = wms[0].cols;
-    let (arow, prow, wrow) = (
-        k.activation_row_bytes(cols),
-        p.act_row_bytes(cols),
-        k.weight_row_bytes(cols),
-    );
-    scratch.reserve(k, cols, 1);
-    grow(&mut scratch.packed, prow);
-    let prepared = &mut scratch.packed[..prow];
-    prepare_row(k, p, cols, x, &mut scratch.buf[..arow], prepared);
-    let prepared = &*prepared;
+    // `check_shapes` made sure stored panels come with their kernels.
+    let fns = wms.map(|w| match (w.kernels.stored, w.kernels.panel) {
+        (Some(s), Some(p)) => (s, p),
+        _ => unreachable!("stored panels without their kernels"),
+    });
+    // Where matrix `m`'s prepared row starts: the first of its type prepares it.
+    let mut at = [0usize; N];
+    let mut total = 0;
+    let mut arow = 0;
+    for m in 0..N {
+        match (0..m).find(|&j| std::ptr::eq(wms[j].kernels, wms[m].kernels)) {
+            Some(j) => at[m] = at[j],
+            None => {
+                at[m] = total;
+                total += fns[m].1.act_row_bytes(cols);
+                arow = arow.max(wms[m].kernels.activation_row_bytes(cols));
+            }
+        }
+    }
+    grow(&mut scratch.buf, arow);
+    grow(&mut scratch.packed, total);
+    for m in 0..N {
+        if (0..m).all(|j| !std::ptr::eq(wms[j].kernels, wms[m].kernels)) {
+            let (k, p) = (wms[m].kernels, fns[m].1);
+            let prepared = &mut scratch.packed[at[m]..at[m] + p.act_row_bytes(cols)];
+            prepare_row(
+                k,
+                p,
+                cols,
+                x,
+                &mut scratch.buf[..k.activation_row_bytes(cols)],
+                prepared,
+            );
+        }
+    }
+    let prepared = &scratch.packed[..total];
     let total_rows: usize = wms.iter().map(|w| w.rows).sum();
     let chunk = single_token_chunk_rows(total_rows, pool.threads()).next_multiple_of(PANEL_ROWS);
     let tasks = RowTasks::new(&wms, chunk);
@@ -448,11 +481,14 @@ fn stored_single<const N: usize>(
     pool.run(tasks.count(), &|task| {
         // Rows and chunks are whole panels, so each task's rows are too.
         let (m, r0, r1) = tasks.locate(task);
+        let ((s, p), k) = (fns[m], wms[m].kernels);
+        let wrow = k.weight_row_bytes(cols);
         // SAFETY: `ys[m]` holds `rows` values (one token, `check_shapes`) and
         // `r0 < r1 <= rows`; each task owns rows `r0..r1` of one matrix, so no two
         // tasks write the same element, and `ys` were distinct `&mut` slices.
         let out = unsafe { std::slice::from_raw_parts_mut(outs[m].0.add(r0), r1 - r0) };
-        (s.single)(cols, &wms[m].data[r0 * wrow..r1 * wrow], prepared, out);
+        let act = &prepared[at[m]..at[m] + p.act_row_bytes(cols)];
+        (s.single)(cols, &wms[m].data[r0 * wrow..r1 * wrow], act, out);
     });
 }
 

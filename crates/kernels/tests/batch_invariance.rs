@@ -186,3 +186,74 @@ fn stored_panels_give_the_rows_bits() {
     let err = matmul(&wm, &pseudo(64, 1), 1, &mut y, &mut Scratch::new(), &Serial).unwrap_err();
     assert!(err.to_string().contains("no kernels"), "{err}");
 }
+
+/// Stored matrices of several types over one input (Gemma 3's Q5_0 queries
+/// and keys with Q8_0 values) share one single-token region: each still
+/// gets the bits of its own rows.
+#[test]
+fn stored_panels_of_mixed_types_give_each_its_rows_bits() {
+    use lamina_kernels::matmul::matmul_many;
+    let (rows, cols) = (32, 512);
+    for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+        let types = [
+            GgmlType::Q5_0,
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::Q5_0,
+        ];
+        let ks = types.map(|ty| kernels_for(ty, isa).unwrap());
+        if ks.iter().any(|k| k.stored.is_none()) {
+            continue;
+        }
+        let data: Vec<(Vec<u8>, Vec<u8>)> = ks
+            .iter()
+            .enumerate()
+            .map(|(m, k)| {
+                let wrow = k.weight_row_bytes(cols);
+                let mut w = vec![0u8; rows * wrow];
+                let v = pseudo(rows * cols, 40 + m as u32);
+                lamina_quant::quantize_row(k.weight, &v, &mut w).unwrap();
+                let mut p = vec![0u8; w.len()];
+                for (src, dst) in w.chunks_exact(16 * wrow).zip(p.chunks_exact_mut(16 * wrow)) {
+                    (k.stored.unwrap().store)(cols, src, dst);
+                }
+                (w, p)
+            })
+            .collect();
+        let weights = |m: usize, stored: bool| Weights {
+            kernels: ks[m],
+            data: if stored { &data[m].1 } else { &data[m].0 },
+            rows,
+            cols,
+            layout: if stored { Layout::Panels } else { Layout::Rows },
+        };
+        let x = pseudo(cols, 7);
+        let mut scratch = Scratch::new();
+        let stored: Vec<Weights<'_>> = (0..4).map(|m| weights(m, true)).collect();
+        let mut got = vec![vec![f32::NAN; rows]; 4];
+        let [a, b, c, d] = &mut got[..] else {
+            unreachable!()
+        };
+        matmul_many(
+            [&stored[0], &stored[1], &stored[2], &stored[3]],
+            &x,
+            1,
+            [a, b, c, d],
+            &mut scratch,
+            &Serial,
+        )
+        .unwrap();
+        for (m, got) in got.iter().enumerate() {
+            let mut want = vec![0f32; rows];
+            matmul(&weights(m, false), &x, 1, &mut want, &mut scratch, &Serial).unwrap();
+            assert!(
+                want.iter()
+                    .zip(got)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{} matrix {m} ({}): {want:?} vs {got:?}",
+                isa.name(),
+                types[m]
+            );
+        }
+    }
+}
