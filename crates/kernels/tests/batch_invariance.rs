@@ -117,7 +117,12 @@ fn avx512_row_kernels_give_avx2_bits() {
 /// kernel), narrow and wide panel calls, padded batches.
 #[test]
 fn stored_panels_give_the_rows_bits() {
-    let types = [GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4_K];
+    let types = [
+        GgmlType::Q8_0,
+        GgmlType::Q5_0,
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+    ];
     for (isa, ty) in Isa::ALL
         .into_iter()
         .filter(|i| i.is_available())

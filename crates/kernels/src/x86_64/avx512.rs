@@ -1225,24 +1225,43 @@ unsafe fn stored_panel_q4_k<const T: usize>(
 /// `Σ_s scale_s · (−128·Σ(q − 32))`, so it ends as the row kernel's exact
 /// `Σ_s scale_s · Σ (q − 32)·a`; then `acc = fma(d_w·d_a, Σ, acc)`.
 #[inline(always)]
-unsafe fn q6_k_panel<const T: usize>(
+unsafe fn q6_k_panel<const T: usize, const STORED: bool>(
     nb: usize,
     panel: *const u8,
     acts: *const u8,
     arow: usize,
     out: *mut f32,
 ) {
-    // SAFETY: as for [`legacy_panel`], with Q6_K panel and prepared blocks.
+    // SAFETY: as for [`legacy_panel`], with Q6_K panel (or stored) and
+    // prepared blocks.
     unsafe {
-        use crate::panel::{Q6_K_ACT, Q6_K_BLOCK};
+        use crate::panel::{Q6_K_ACT, Q6_K_BLOCK, STORED_Q6_K_BLOCK};
+        let block = if STORED {
+            STORED_Q6_K_BLOCK
+        } else {
+            Q6_K_BLOCK
+        };
         let mut acc = [_mm512_setzero_ps(); T];
         for i in 0..nb {
-            let p = panel.add(i * Q6_K_BLOCK);
+            let p = panel.add(i * block);
             let ys: [*const u8; T] = std::array::from_fn(|t| acts.add(t * arow + i * Q6_K_ACT));
-            let mut s = [load512(p.add(5120)); T];
+            let mut w = [[_mm512_setzero_si512(); 4]; 16];
+            let mut sc = [_mm512_setzero_si512(); 16];
+            let offset = if STORED {
+                stored_q6_k_expand(p, &mut w, &mut sc)
+            } else {
+                load512(p.add(5120))
+            };
+            let mut s = [offset; T];
             for sb in 0..16 {
-                let w: [__m512i; 4] = std::array::from_fn(|k| load512(p.add(256 * sb + 64 * k)));
-                let sc = load512(p.add(4096 + 64 * sb));
+                let (w, sc) = if STORED {
+                    (w[sb], sc[sb])
+                } else {
+                    (
+                        std::array::from_fn(|k| load512(p.add(256 * sb + 64 * k))),
+                        load512(p.add(4096 + 64 * sb)),
+                    )
+                };
                 for t in 0..T {
                     let y = ys[t].add(4 + 16 * sb);
                     let mut a = _mm512_setzero_si512();
@@ -1252,7 +1271,11 @@ unsafe fn q6_k_panel<const T: usize>(
                     s[t] = _mm512_add_epi32(s[t], _mm512_mullo_epi32(a, sc));
                 }
             }
-            let dw = _mm512_loadu_ps(p.add(5184).cast());
+            let dw = if STORED {
+                load16_f16(p.add(3328))
+            } else {
+                _mm512_loadu_ps(p.add(5184).cast())
+            };
             for t in 0..T {
                 let d = _mm512_mul_ps(dw, _mm512_set1_ps(f32_at(ys[t])));
                 acc[t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s[t]), acc[t]);
@@ -1262,6 +1285,241 @@ unsafe fn q6_k_panel<const T: usize>(
             _mm512_storeu_ps(out.add(16 * t), acc);
         }
     }
+}
+
+/// A stored Q6_K super-block expanded into the Q6_K panel's quants `q − 32`
+/// (`w[s][k]`: sub-block `s`, dword `k`) and scales as i32 (`sc[s]`);
+/// returns the panel's per-row offset `Σ_s scale_s · (−128·Σ(q − 32))`.
+#[inline(always)]
+unsafe fn stored_q6_k_expand(
+    p: *const u8,
+    w: &mut [[__m512i; 4]; 16],
+    sc: &mut [__m512i; 16],
+) -> __m512i {
+    // SAFETY: a whole stored super-block (the caller's contract); AVX-512
+    // F/BW + VNNI are enabled in the callers.
+    unsafe {
+        let (m4, m2, b32, ones) = (
+            _mm512_set1_epi8(0x0F),
+            _mm512_set1_epi8(0x30),
+            _mm512_set1_epi8(32),
+            _mm512_set1_epi8(1),
+        );
+        for m in 0..4 {
+            let scales = load512(p.add(3072 + 64 * m));
+            sc[4 * m] = _mm512_srai_epi32::<24>(_mm512_slli_epi32::<24>(scales));
+            sc[4 * m + 1] = _mm512_srai_epi32::<24>(_mm512_slli_epi32::<16>(scales));
+            sc[4 * m + 2] = _mm512_srai_epi32::<24>(_mm512_slli_epi32::<8>(scales));
+            sc[4 * m + 3] = _mm512_srai_epi32::<24>(scales);
+        }
+        let mut offset = _mm512_setzero_si512();
+        for h in 0..2 {
+            for k8 in 0..8 {
+                // Values 128h + 32g + 4·k8.. for g in 0..4: sub-block
+                // 8h + 2g + k8 / 4, dword k8 % 4.
+                let qh = load512(p.add(192 * (8 * h + k8)));
+                let high = [
+                    _mm512_slli_epi16::<4>(qh),
+                    _mm512_slli_epi16::<2>(qh),
+                    qh,
+                    _mm512_srli_epi16::<2>(qh),
+                ];
+                for pair in 0..2 {
+                    let ql = load512(p.add(192 * (8 * h + k8) + 64 + 64 * pair));
+                    let low = [ql, _mm512_srli_epi16::<4>(ql)];
+                    for (half, &low) in low.iter().enumerate() {
+                        let g = pair + 2 * half;
+                        // (low & 0x0F) | (high & 0x30), then − 32.
+                        let q = _mm512_ternarylogic_epi32::<0xF8>(
+                            _mm512_and_si512(low, m4),
+                            high[g],
+                            m2,
+                        );
+                        w[8 * h + 2 * g + k8 / 4][k8 % 4] = _mm512_sub_epi8(q, b32);
+                    }
+                }
+            }
+        }
+        for s in 0..16 {
+            // Σ(q − 32) per row: four dwords' bytes added first (|Σ| ≤ 4·32).
+            let [a, b, c, d] = w[s];
+            let bytes = _mm512_add_epi8(_mm512_add_epi8(a, b), _mm512_add_epi8(c, d));
+            let sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, bytes);
+            offset = _mm512_add_epi32(offset, _mm512_mullo_epi32(sc[s], sum));
+        }
+        // × −128.
+        _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<7>(offset))
+    }
+}
+
+#[inline(always)]
+unsafe fn q6_k_panel_unpacked<const T: usize>(
+    nb: usize,
+    panel: *const u8,
+    acts: *const u8,
+    arow: usize,
+    out: *mut f32,
+) {
+    // SAFETY: forwarded (the same contract).
+    unsafe { q6_k_panel::<T, false>(nb, panel, acts, arow, out) }
+}
+
+#[inline(always)]
+unsafe fn stored_panel_q6_k<const T: usize>(
+    nb: usize,
+    panel: *const u8,
+    acts: *const u8,
+    arow: usize,
+    out: *mut f32,
+) {
+    // SAFETY: forwarded (the same contract, over stored super-blocks).
+    unsafe { q6_k_panel::<T, true>(nb, panel, acts, arow, out) }
+}
+
+/// One token over stored Q6_K panels: as [`q6_k_panel`] for one token, but
+/// each 64 bytes of quants multiplied as soon as they are rebuilt, half a
+/// super-block at a time (eight sub-blocks' sums and byte sums stay in
+/// registers), where expanding a whole super-block first spilled it to the
+/// stack and ran at a third of the speed.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn k_stored_single_q6_k(
+    nb: usize,
+    panels: *const u8,
+    n: usize,
+    act: *const u8,
+    out: *mut f32,
+) {
+    use crate::panel::{Q6_K_ACT, STORED_Q6_K_BLOCK};
+    // SAFETY: `n` panels of `nb` stored super-blocks, a prepared row and `16·n`
+    // outputs (the wrapper's checks); the features are enabled.
+    unsafe {
+        let (m4, m2, b32, ones) = (
+            _mm512_set1_epi8(0x0F),
+            _mm512_set1_epi8(0x30),
+            _mm512_set1_epi8(32),
+            _mm512_set1_epi8(1),
+        );
+        for panel in 0..n {
+            let mut acc = _mm512_setzero_ps();
+            for i in 0..nb {
+                let p = panels.add((panel * nb + i) * STORED_Q6_K_BLOCK);
+                let y = act.add(i * Q6_K_ACT);
+                let mut s = _mm512_setzero_si512();
+                let mut offset = _mm512_setzero_si512();
+                for h in 0..2 {
+                    // Sub-block 8h + j: its sum and its quants' byte sums.
+                    let mut a = [_mm512_setzero_si512(); 8];
+                    let mut z = [_mm512_setzero_si512(); 8];
+                    for k8 in 0..8 {
+                        let qh = load512(p.add(192 * (8 * h + k8)));
+                        let high = [
+                            _mm512_slli_epi16::<4>(qh),
+                            _mm512_slli_epi16::<2>(qh),
+                            qh,
+                            _mm512_srli_epi16::<2>(qh),
+                        ];
+                        for pair in 0..2 {
+                            let ql = load512(p.add(192 * (8 * h + k8) + 64 + 64 * pair));
+                            let low = [ql, _mm512_srli_epi16::<4>(ql)];
+                            for (half, &low) in low.iter().enumerate() {
+                                let g = pair + 2 * half;
+                                let q = _mm512_ternarylogic_epi32::<0xF8>(
+                                    _mm512_and_si512(low, m4),
+                                    high[g],
+                                    m2,
+                                );
+                                let w = _mm512_sub_epi8(q, b32);
+                                let j = 2 * g + k8 / 4;
+                                // Values 128h + 32g + 4·k8..: prepared bytes 4 + that.
+                                let x = bcast(y.add(4 + 128 * h + 32 * g + 4 * k8));
+                                a[j] = _mm512_dpbusd_epi32(a[j], x, w);
+                                z[j] = _mm512_add_epi8(z[j], w);
+                            }
+                        }
+                    }
+                    for m in 0..2 {
+                        let scales = load512(p.add(3072 + 64 * (2 * h + m)));
+                        let sc = [
+                            _mm512_srai_epi32::<24>(_mm512_slli_epi32::<24>(scales)),
+                            _mm512_srai_epi32::<24>(_mm512_slli_epi32::<16>(scales)),
+                            _mm512_srai_epi32::<24>(_mm512_slli_epi32::<8>(scales)),
+                            _mm512_srai_epi32::<24>(scales),
+                        ];
+                        for (c, &sc) in sc.iter().enumerate() {
+                            let j = 4 * m + c;
+                            let sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, z[j]);
+                            offset = _mm512_add_epi32(offset, _mm512_mullo_epi32(sc, sum));
+                            s = _mm512_add_epi32(s, _mm512_mullo_epi32(a[j], sc));
+                        }
+                    }
+                }
+                // The panel's offset `−128·Σ scale·Σ(q − 32)`, then its sums.
+                let s = _mm512_sub_epi32(s, _mm512_slli_epi32::<7>(offset));
+                let d = _mm512_mul_ps(load16_f16(p.add(3328)), _mm512_set1_ps(f32_at(y)));
+                acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc);
+            }
+            _mm512_storeu_ps(out.add(16 * panel), acc);
+        }
+    }
+}
+
+pub(crate) fn stored_single_q6_k(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
+    use crate::panel::{Q6_K_ACT, STORED_Q6_K_BLOCK};
+    let (nb, n) = stored_single_call(
+        "Q6_K",
+        256,
+        STORED_Q6_K_BLOCK,
+        Q6_K_ACT,
+        cols,
+        panels,
+        act,
+        out,
+    );
+    // SAFETY: as for Q8_0, over stored Q6_K panels (checked above).
+    unsafe { k_stored_single_q6_k(nb, panels.as_ptr(), n, act.as_ptr(), out.as_mut_ptr()) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn k_unpack_stored_q6_k(nb: usize, panel: *const u8, out: *mut u8) {
+    use crate::panel::{Q6_K_BLOCK, STORED_Q6_K_BLOCK};
+    // SAFETY: `nb` stored super-blocks in and `nb` panel super-blocks out (the
+    // wrapper's checks); the features are enabled.
+    unsafe {
+        for i in 0..nb {
+            let p = panel.add(i * STORED_Q6_K_BLOCK);
+            let dst = out.add(i * Q6_K_BLOCK);
+            let mut w = [[_mm512_setzero_si512(); 4]; 16];
+            let mut sc = [_mm512_setzero_si512(); 16];
+            let offset = stored_q6_k_expand(p, &mut w, &mut sc);
+            for (s, (w, &sc)) in w.iter().zip(&sc).enumerate() {
+                for (k, &w) in w.iter().enumerate() {
+                    store512(dst.add(256 * s + 64 * k), w);
+                }
+                store512(dst.add(4096 + 64 * s), sc);
+            }
+            store512(dst.add(5120), offset);
+            _mm512_storeu_ps(dst.add(5184).cast(), load16_f16(p.add(3328)));
+        }
+    }
+}
+
+/// A stored Q6_K panel → the Q6_K panel (checked against the file's rows unpacked).
+pub(crate) fn unpack_stored_q6_k(cols: usize, panel: &[u8], out: &mut [u8]) {
+    use crate::panel::{Q6_K_BLOCK, STORED_Q6_K_BLOCK};
+    assert!(
+        cols.is_multiple_of(256),
+        "Q6_K: {cols} values is not whole blocks"
+    );
+    let nb = cols / 256;
+    assert_eq!(
+        panel.len(),
+        nb * STORED_Q6_K_BLOCK,
+        "stored Q6_K panel size"
+    );
+    assert_eq!(out.len(), nb * Q6_K_BLOCK, "Q6_K panel size");
+    // SAFETY: `nb` super-blocks each way (checked above); reachable only through
+    // the AVX512 table, handed out after AVX-512 F/BW/VL + VNNI were detected.
+    unsafe { k_unpack_stored_q6_k(nb, panel.as_ptr(), out.as_mut_ptr()) }
 }
 
 macro_rules! panel_fns {
@@ -1333,8 +1591,10 @@ panel_fns! {
         k_panel8_q4_k => panel8_q4_k, k_panel4_q4_k => panel4_q4_k;
     "stored Q4_K", 256: stored_panel_q4_k, crate::panel::STORED_Q4_K_BLOCK, crate::panel::Q4_K_ACT,
         k_panel8_stored_q4_k => panel8_stored_q4_k, k_panel4_stored_q4_k => panel4_stored_q4_k;
-    "Q6_K", 256: q6_k_panel, crate::panel::Q6_K_BLOCK, crate::panel::Q6_K_ACT,
+    "Q6_K", 256: q6_k_panel_unpacked, crate::panel::Q6_K_BLOCK, crate::panel::Q6_K_ACT,
         k_panel8_q6_k => panel8_q6_k, k_panel4_q6_k => panel4_q6_k;
+    "stored Q6_K", 256: stored_panel_q6_k, crate::panel::STORED_Q6_K_BLOCK, crate::panel::Q6_K_ACT,
+        k_panel8_stored_q6_k => panel8_stored_q6_k, k_panel4_stored_q6_k => panel4_stored_q6_k;
 }
 
 // ----------------------------------------------------------- panel unpacking

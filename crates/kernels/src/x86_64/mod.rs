@@ -542,27 +542,39 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
         },
     ),
     with(AVX2[11], V, None, None, None),
-    panels(
-        tiles(
-            with(
-                AVX2[12],
-                V,
-                None,
-                Some(avx512::vec_dot_q6_k),
-                Some(avx512::vec_dot_x4_q6_k),
+    stored(
+        panels(
+            tiles(
+                with(
+                    AVX2[12],
+                    V,
+                    None,
+                    Some(avx512::vec_dot_q6_k),
+                    Some(avx512::vec_dot_x4_q6_k),
+                ),
+                0,
+                (
+                    avx512::tile16_q6_k,
+                    avx512::tile12_q6_k,
+                    avx512::tile8_q6_k,
+                    avx512::tile4_q6_k,
+                ),
             ),
-            0,
-            (
-                avx512::tile16_q6_k,
-                avx512::tile12_q6_k,
-                avx512::tile8_q6_k,
-                avx512::tile4_q6_k,
-            ),
+            avx512::unpack_q6_k,
+            panel::prepare_q6_k,
+            (avx512::panel8_q6_k, avx512::panel4_q6_k),
+            panel::Q6_K_BLOCK,
+            panel::Q6_K_ACT,
         ),
-        avx512::unpack_q6_k,
-        panel::prepare_q6_k,
-        (avx512::panel8_q6_k, avx512::panel4_q6_k),
-        panel::Q6_K_BLOCK,
-        panel::Q6_K_ACT,
+        panel::StoredPanelFns {
+            store: panel::store_q6_k,
+            row: panel::stored_row_q6_k,
+            dequantize_row: panel::stored_dequantize_row_q6_k,
+            single: avx512::stored_single_q6_k,
+            wide: avx512::panel8_stored_q6_k,
+            narrow: avx512::panel4_stored_q6_k,
+            block_bytes: panel::STORED_Q6_K_BLOCK,
+            unpack: Some(avx512::unpack_stored_q6_k),
+        },
     ),
 ];
