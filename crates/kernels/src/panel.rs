@@ -510,6 +510,23 @@ fn store_blocks<const TS: usize, const SB: usize>(
     }
 }
 
+/// Row `r` of a stored panel back in ggml's layout, block by block
+/// through `block` (a stored block and a row → that row's block).
+fn stored_row<const SB: usize, const TS: usize>(
+    ty: GgmlType,
+    cols: usize,
+    panel: &[u8],
+    r: usize,
+    out: &mut [u8],
+    block: fn(&[u8; SB], usize) -> [u8; TS],
+) {
+    let nb = stored_shape(ty, SB, cols, panel.len());
+    check_stored_row(r, out.len(), nb * TS);
+    for (src, b) in panel.chunks_exact(SB).zip(out.chunks_exact_mut(TS)) {
+        b.copy_from_slice(&block(src.try_into().unwrap(), r));
+    }
+}
+
 pub fn store_q8_0(cols: usize, rows: &[u8], out: &mut [u8]) {
     store_blocks(
         GgmlType::Q8_0,
@@ -595,7 +612,7 @@ fn stored_q5_0_qh(src: &[u8], r: usize) -> u32 {
 
 /// Row `r`'s block, in ggml's layout, of a stored Q5_0 block.
 #[inline(always)]
-fn stored_q5_0_row_block(src: &[u8], r: usize) -> [u8; 22] {
+fn stored_q5_0_row_block(src: &[u8; STORED_Q5_0_BLOCK], r: usize) -> [u8; 22] {
     let mut b = [0u8; 22];
     b[..2].copy_from_slice(&src[320 + 2 * r..322 + 2 * r]);
     put(&mut b, 2, stored_q5_0_qh(src, r).to_le_bytes());
@@ -606,14 +623,7 @@ fn stored_q5_0_row_block(src: &[u8], r: usize) -> [u8; 22] {
 }
 
 pub fn stored_row_q5_0(cols: usize, panel: &[u8], r: usize, out: &mut [u8]) {
-    let nb = stored_shape(GgmlType::Q5_0, STORED_Q5_0_BLOCK, cols, panel.len());
-    check_stored_row(r, out.len(), nb * 22);
-    for (src, b) in panel
-        .chunks_exact(STORED_Q5_0_BLOCK)
-        .zip(out.chunks_exact_mut(22))
-    {
-        b.copy_from_slice(&stored_q5_0_row_block(src, r));
-    }
+    stored_row(GgmlType::Q5_0, cols, panel, r, out, stored_q5_0_row_block);
 }
 
 pub fn stored_dequantize_row_q5_0(cols: usize, panel: &[u8], r: usize, out: &mut [f32]) {
@@ -670,7 +680,7 @@ pub fn store_q4_k(cols: usize, rows: &[u8], out: &mut [u8]) {
 
 /// Row `r`'s block, in ggml's layout, of a stored Q4_K super-block.
 #[inline(always)]
-fn stored_q4_k_row_block(src: &[u8], r: usize) -> [u8; 144] {
+fn stored_q4_k_row_block(src: &[u8; STORED_Q4_K_BLOCK], r: usize) -> [u8; 144] {
     let mut b = [0u8; 144];
     b[..2].copy_from_slice(&src[2240 + 2 * r..2242 + 2 * r]);
     b[2..4].copy_from_slice(&src[2272 + 2 * r..2274 + 2 * r]);
@@ -687,14 +697,7 @@ fn stored_q4_k_row_block(src: &[u8], r: usize) -> [u8; 144] {
 }
 
 pub fn stored_row_q4_k(cols: usize, panel: &[u8], r: usize, out: &mut [u8]) {
-    let nb = stored_shape(GgmlType::Q4_K, STORED_Q4_K_BLOCK, cols, panel.len());
-    check_stored_row(r, out.len(), nb * 144);
-    for (src, b) in panel
-        .chunks_exact(STORED_Q4_K_BLOCK)
-        .zip(out.chunks_exact_mut(144))
-    {
-        b.copy_from_slice(&stored_q4_k_row_block(src, r));
-    }
+    stored_row(GgmlType::Q4_K, cols, panel, r, out, stored_q4_k_row_block);
 }
 
 pub fn stored_dequantize_row_q4_k(cols: usize, panel: &[u8], r: usize, out: &mut [f32]) {
@@ -705,7 +708,7 @@ pub fn stored_dequantize_row_q4_k(cols: usize, panel: &[u8], r: usize, out: &mut
         .zip(out.chunks_exact_mut(256))
     {
         // ggml's `d·sc·q − dmin·m` per value, as it dequantizes rows.
-        let b = stored_q4_k_row_block(src, r);
+        let b = stored_q4_k_row_block(src.try_into().unwrap(), r);
         let (d, dmin) = (f16_at(&b, 0), f16_at(&b, 2));
         let (scales, mins) = k4_scales_mins(b[4..16].try_into().unwrap());
         for (s, y) in y.chunks_exact_mut(32).enumerate() {
@@ -764,7 +767,7 @@ fn stored_q6_k_dwords(r: usize) -> impl Iterator<Item = (usize, usize)> {
 
 /// Row `r`'s block, in ggml's layout, of a stored Q6_K super-block.
 #[inline(always)]
-fn stored_q6_k_row_block(src: &[u8], r: usize) -> [u8; 210] {
+fn stored_q6_k_row_block(src: &[u8; STORED_Q6_K_BLOCK], r: usize) -> [u8; 210] {
     let mut b = [0u8; 210];
     for (at, to) in stored_q6_k_dwords(r) {
         b[to..to + 4].copy_from_slice(&src[at..at + 4]);
@@ -774,14 +777,7 @@ fn stored_q6_k_row_block(src: &[u8], r: usize) -> [u8; 210] {
 }
 
 pub fn stored_row_q6_k(cols: usize, panel: &[u8], r: usize, out: &mut [u8]) {
-    let nb = stored_shape(GgmlType::Q6_K, STORED_Q6_K_BLOCK, cols, panel.len());
-    check_stored_row(r, out.len(), nb * 210);
-    for (src, b) in panel
-        .chunks_exact(STORED_Q6_K_BLOCK)
-        .zip(out.chunks_exact_mut(210))
-    {
-        b.copy_from_slice(&stored_q6_k_row_block(src, r));
-    }
+    stored_row(GgmlType::Q6_K, cols, panel, r, out, stored_q6_k_row_block);
 }
 
 pub fn stored_dequantize_row_q6_k(cols: usize, panel: &[u8], r: usize, out: &mut [f32]) {
@@ -792,7 +788,7 @@ pub fn stored_dequantize_row_q6_k(cols: usize, panel: &[u8], r: usize, out: &mut
         .zip(out.chunks_exact_mut(256))
     {
         // ggml's `d·sc·(q − 32)` per value, as it dequantizes rows.
-        let b = stored_q6_k_row_block(src, r);
+        let b = stored_q6_k_row_block(src.try_into().unwrap(), r);
         let d = f16_at(&b, 208);
         for (v, y) in y.iter_mut().enumerate() {
             let (h, g, l) = (v / 128, v % 128 / 32, v % 32);

@@ -736,42 +736,6 @@ unsafe fn legacy_panel<const T: usize, const FORM: u8>(
     }
 }
 
-#[inline(always)]
-unsafe fn legacy_panel_unpacked<const T: usize>(
-    nb: usize,
-    panel: *const u8,
-    acts: *const u8,
-    arow: usize,
-    out: *mut f32,
-) {
-    // SAFETY: forwarded (the same contract).
-    unsafe { legacy_panel::<T, UNPACKED>(nb, panel, acts, arow, out) }
-}
-
-#[inline(always)]
-unsafe fn stored_panel_q8_0<const T: usize>(
-    nb: usize,
-    panel: *const u8,
-    acts: *const u8,
-    arow: usize,
-    out: *mut f32,
-) {
-    // SAFETY: forwarded (the same contract, over stored blocks).
-    unsafe { legacy_panel::<T, STORED_Q8_0>(nb, panel, acts, arow, out) }
-}
-
-#[inline(always)]
-unsafe fn stored_panel_q5_0<const T: usize>(
-    nb: usize,
-    panel: *const u8,
-    acts: *const u8,
-    arow: usize,
-    out: *mut f32,
-) {
-    // SAFETY: forwarded (the same contract, over stored blocks).
-    unsafe { legacy_panel::<T, STORED_Q5_0>(nb, panel, acts, arow, out) }
-}
-
 /// `n` stored legacy panels of `nb` blocks against one prepared row, each
 /// panel as [`legacy_panel`] for one token. No software prefetch: a task's
 /// panels are one linear stream, which the hardware's prefetchers follow
@@ -851,17 +815,15 @@ unsafe fn k_unpack_stored_q5_0(nb: usize, panel: *const u8, out: *mut u8) {
 /// expansion (checked against the file's rows unpacked).
 pub(crate) fn unpack_stored_q5_0(cols: usize, panel: &[u8], out: &mut [u8]) {
     use crate::panel::{LEGACY_BLOCK, STORED_Q5_0_BLOCK};
-    assert!(
-        cols.is_multiple_of(32),
-        "Q5_0: {cols} values is not whole blocks"
+    let nb = unpack_stored_call(
+        "Q5_0",
+        32,
+        STORED_Q5_0_BLOCK,
+        LEGACY_BLOCK,
+        cols,
+        panel,
+        out,
     );
-    let nb = cols / 32;
-    assert_eq!(
-        panel.len(),
-        nb * STORED_Q5_0_BLOCK,
-        "stored Q5_0 panel size"
-    );
-    assert_eq!(out.len(), nb * LEGACY_BLOCK, "Q5_0 panel size");
     // SAFETY: `nb` blocks each way (checked above); reachable only through the
     // AVX512 table, handed out after AVX-512 F/BW/VL + VNNI were detected.
     unsafe { k_unpack_stored_q5_0(nb, panel.as_ptr(), out.as_mut_ptr()) }
@@ -923,18 +885,10 @@ unsafe fn k_unpack_stored_q4_k(nb: usize, panel: *const u8, out: *mut u8) {
             }
             let meta = stored_q4_k_meta(p);
             for sb in 0..8 {
-                let pick = (0x8080_8000 | (sb % 4) as u32) as i32;
-                let pick = _mm512_or_si512(lane_bytes4(), _mm512_set1_epi32(pick));
-                let sc = _mm512_shuffle_epi8(meta[sb / 4], pick);
-                _mm512_storeu_si512(dst.add(4096 + 64 * sb).cast(), sc);
+                _mm512_storeu_si512(dst.add(4096 + 64 * sb).cast(), q4_k_scale(&meta, sb));
             }
             for q in 0..4 {
-                let b = (2 * q % 4) as u32;
-                let pick = (0x8000_8000 | b | (b + 1) << 16) as i32;
-                let base = _mm512_or_si512(lane_bytes4(), _mm512_slli_epi32::<16>(lane_bytes4()));
-                let pick = _mm512_or_si512(base, _mm512_set1_epi32(pick));
-                let mins = _mm512_shuffle_epi8(meta[2 + q / 2], pick);
-                _mm512_storeu_si512(dst.add(4608 + 64 * q).cast(), mins);
+                _mm512_storeu_si512(dst.add(4608 + 64 * q).cast(), q4_k_min_pair(&meta, q));
             }
             _mm512_storeu_ps(dst.add(4864).cast(), load16_f16(p.add(2240)));
             _mm512_storeu_ps(dst.add(4928).cast(), load16_f16(p.add(2272)));
@@ -945,20 +899,31 @@ unsafe fn k_unpack_stored_q4_k(nb: usize, panel: *const u8, out: *mut u8) {
 /// A stored Q4_K panel → the Q4_K panel (checked against the file's rows unpacked).
 pub(crate) fn unpack_stored_q4_k(cols: usize, panel: &[u8], out: &mut [u8]) {
     use crate::panel::{Q4_K_BLOCK, STORED_Q4_K_BLOCK};
-    assert!(
-        cols.is_multiple_of(256),
-        "Q4_K: {cols} values is not whole blocks"
-    );
-    let nb = cols / 256;
-    assert_eq!(
-        panel.len(),
-        nb * STORED_Q4_K_BLOCK,
-        "stored Q4_K panel size"
-    );
-    assert_eq!(out.len(), nb * Q4_K_BLOCK, "Q4_K panel size");
+    let nb = unpack_stored_call("Q4_K", 256, STORED_Q4_K_BLOCK, Q4_K_BLOCK, cols, panel, out);
     // SAFETY: `nb` super-blocks each way (checked above); reachable only through
     // the AVX512 table, handed out after AVX-512 F/BW/VL + VNNI were detected.
     unsafe { k_unpack_stored_q4_k(nb, panel.as_ptr(), out.as_mut_ptr()) }
+}
+
+/// Checks an unpacking call (blocks of `bs` values, `block` bytes stored,
+/// `panel_block` unpacked); returns the blocks per row.
+fn unpack_stored_call(
+    ty: &str,
+    bs: usize,
+    block: usize,
+    panel_block: usize,
+    cols: usize,
+    panel: &[u8],
+    out: &[u8],
+) -> usize {
+    assert!(
+        cols.is_multiple_of(bs),
+        "{ty}: {cols} values is not whole blocks"
+    );
+    let nb = cols / bs;
+    assert_eq!(panel.len(), nb * block, "stored {ty} panel size");
+    assert_eq!(out.len(), nb * panel_block, "{ty} panel size");
+    nb
 }
 
 /// Checks a one-token stored call (blocks of `bs` values, `block` bytes
@@ -1091,9 +1056,7 @@ unsafe fn q4_k_panel<const T: usize, const STORED: bool>(
                 }
                 let sc = if STORED {
                     // Byte `sb % 4` of the scales' dword alone, as an i32.
-                    let pick = (0x8080_8000 | (sb % 4) as u32) as i32;
-                    let pick = _mm512_or_si512(lane_bytes4(), _mm512_set1_epi32(pick));
-                    _mm512_shuffle_epi8(meta[sb / 4], pick)
+                    q4_k_scale(&meta, sb)
                 } else {
                     load512(p.add(4096 + 64 * sb))
                 };
@@ -1126,13 +1089,7 @@ unsafe fn q4_k_panel<const T: usize, const STORED: bool>(
             if STORED {
                 let meta = stored_q4_k_meta(p);
                 for (q, mins) in mins.iter_mut().enumerate() {
-                    // Bytes `2q % 4` and `2q % 4 + 1` of the mins' dword, as an i16 pair.
-                    let b = (2 * q % 4) as u32;
-                    let pick = (0x8000_8000 | b | (b + 1) << 16) as i32;
-                    let base =
-                        _mm512_or_si512(lane_bytes4(), _mm512_slli_epi32::<16>(lane_bytes4()));
-                    let pick = _mm512_or_si512(base, _mm512_set1_epi32(pick));
-                    *mins = _mm512_shuffle_epi8(meta[2 + q / 2], pick);
+                    *mins = q4_k_min_pair(&meta, q);
                 }
             } else {
                 for (q, mins) in mins.iter_mut().enumerate() {
@@ -1168,6 +1125,34 @@ unsafe fn lane_bytes4() -> __m512i {
     unsafe { _mm512_set_epi32(12, 8, 4, 0, 12, 8, 4, 0, 12, 8, 4, 0, 12, 8, 4, 0) }
 }
 
+/// Sub-block `sb`'s scale of a stored Q4_K super-block's `meta`
+/// ([`stored_q4_k_meta`]), one row per i32 lane.
+#[inline(always)]
+unsafe fn q4_k_scale(meta: &[__m512i; 4], sb: usize) -> __m512i {
+    // SAFETY: AVX-512F/BW are enabled in every caller.
+    unsafe {
+        // Byte `sb % 4` of the lane's dword, then three zeros.
+        let pick = (0x8080_8000 | (sb % 4) as u32) as i32;
+        let pick = _mm512_or_si512(lane_bytes4(), _mm512_set1_epi32(pick));
+        _mm512_shuffle_epi8(meta[sb / 4], pick)
+    }
+}
+
+/// Sub-blocks `2q` and `2q + 1`'s mins of a stored Q4_K super-block's
+/// `meta`, as an i16 pair per lane (the Q4_K panel's layout).
+#[inline(always)]
+unsafe fn q4_k_min_pair(meta: &[__m512i; 4], q: usize) -> __m512i {
+    // SAFETY: AVX-512F/BW are enabled in every caller.
+    unsafe {
+        // Bytes `2q % 4` and `2q % 4 + 1` of the lane's dword, each then a zero.
+        let b = (2 * q % 4) as u32;
+        let pick = (0x8000_8000 | b | (b + 1) << 16) as i32;
+        let base = _mm512_or_si512(lane_bytes4(), _mm512_slli_epi32::<16>(lane_bytes4()));
+        let pick = _mm512_or_si512(base, _mm512_set1_epi32(pick));
+        _mm512_shuffle_epi8(meta[2 + q / 2], pick)
+    }
+}
+
 /// A stored Q4_K super-block's 6-bit scales and mins as bytes, one row per
 /// i32 lane: scales 0..4, scales 4..8, mins 0..4, mins 4..8 (ggml's
 /// `get_scale_min_k4` on the three dwords of twelve bytes).
@@ -1194,30 +1179,6 @@ unsafe fn stored_q4_k_meta(p: *const u8) -> [__m512i; 4] {
             ),
         ]
     }
-}
-
-#[inline(always)]
-unsafe fn q4_k_panel_unpacked<const T: usize>(
-    nb: usize,
-    panel: *const u8,
-    acts: *const u8,
-    arow: usize,
-    out: *mut f32,
-) {
-    // SAFETY: forwarded (the same contract).
-    unsafe { q4_k_panel::<T, false>(nb, panel, acts, arow, out) }
-}
-
-#[inline(always)]
-unsafe fn stored_panel_q4_k<const T: usize>(
-    nb: usize,
-    panel: *const u8,
-    acts: *const u8,
-    arow: usize,
-    out: *mut f32,
-) {
-    // SAFETY: forwarded (the same contract, over stored super-blocks).
-    unsafe { q4_k_panel::<T, true>(nb, panel, acts, arow, out) }
 }
 
 /// A Q6_K panel against `T` prepared rows: signed quants `q − 32` against
@@ -1287,6 +1248,62 @@ unsafe fn q6_k_panel<const T: usize, const STORED: bool>(
     }
 }
 
+/// Sub-blocks `4m..4m + 4`'s scales of a stored Q6_K super-block, one row
+/// per i32 lane.
+#[inline(always)]
+unsafe fn q6_k_scales(p: *const u8, m: usize) -> [__m512i; 4] {
+    // SAFETY: a whole stored super-block (the caller's contract); AVX-512F.
+    unsafe {
+        let scales = load512(p.add(3072 + 64 * m));
+        [
+            _mm512_srai_epi32::<24>(_mm512_slli_epi32::<24>(scales)),
+            _mm512_srai_epi32::<24>(_mm512_slli_epi32::<16>(scales)),
+            _mm512_srai_epi32::<24>(_mm512_slli_epi32::<8>(scales)),
+            _mm512_srai_epi32::<24>(scales),
+        ]
+    }
+}
+
+/// The quants `q − 32` of values `128h + 32g + 4·k8..+4` of a stored Q6_K
+/// super-block's sixteen rows, for `g` in 0..4 (sub-block `8h + 2g + k8/4`,
+/// dword `k8 % 4` of the Q6_K panel).
+#[inline(always)]
+unsafe fn q6_k_quants(p: *const u8, h: usize, k8: usize) -> [__m512i; 4] {
+    // SAFETY: a whole stored super-block (the caller's contract); AVX-512F/BW.
+    unsafe {
+        let (m4, m2, b32) = (
+            _mm512_set1_epi8(0x0F),
+            _mm512_set1_epi8(0x30),
+            _mm512_set1_epi8(32),
+        );
+        let at = p.add(192 * (8 * h + k8));
+        let qh = load512(at);
+        // The high bits of group `g` at bits 4-5 of each byte.
+        let high = [
+            _mm512_slli_epi16::<4>(qh),
+            _mm512_slli_epi16::<2>(qh),
+            qh,
+            _mm512_srli_epi16::<2>(qh),
+        ];
+        let (ql0, ql1) = (load512(at.add(64)), load512(at.add(128)));
+        let low = [
+            ql0,
+            ql1,
+            _mm512_srli_epi16::<4>(ql0),
+            _mm512_srli_epi16::<4>(ql1),
+        ];
+        // (low & 0x0F) | (high & 0x30), then − 32 (a loop, not a closure:
+        // see `legacy_block`).
+        let mut q = [_mm512_setzero_si512(); 4];
+        for (g, q) in q.iter_mut().enumerate() {
+            let merged =
+                _mm512_ternarylogic_epi32::<0xF8>(_mm512_and_si512(low[g], m4), high[g], m2);
+            *q = _mm512_sub_epi8(merged, b32);
+        }
+        q
+    }
+}
+
 /// A stored Q6_K super-block expanded into the Q6_K panel's quants `q − 32`
 /// (`w[s][k]`: sub-block `s`, dword `k`) and scales as i32 (`sc[s]`);
 /// returns the panel's per-row offset `Σ_s scale_s · (−128·Σ(q − 32))`.
@@ -1299,44 +1316,17 @@ unsafe fn stored_q6_k_expand(
     // SAFETY: a whole stored super-block (the caller's contract); AVX-512
     // F/BW + VNNI are enabled in the callers.
     unsafe {
-        let (m4, m2, b32, ones) = (
-            _mm512_set1_epi8(0x0F),
-            _mm512_set1_epi8(0x30),
-            _mm512_set1_epi8(32),
-            _mm512_set1_epi8(1),
-        );
+        let ones = _mm512_set1_epi8(1);
         for m in 0..4 {
-            let scales = load512(p.add(3072 + 64 * m));
-            sc[4 * m] = _mm512_srai_epi32::<24>(_mm512_slli_epi32::<24>(scales));
-            sc[4 * m + 1] = _mm512_srai_epi32::<24>(_mm512_slli_epi32::<16>(scales));
-            sc[4 * m + 2] = _mm512_srai_epi32::<24>(_mm512_slli_epi32::<8>(scales));
-            sc[4 * m + 3] = _mm512_srai_epi32::<24>(scales);
+            sc[4 * m..4 * m + 4].copy_from_slice(&q6_k_scales(p, m));
         }
         let mut offset = _mm512_setzero_si512();
         for h in 0..2 {
             for k8 in 0..8 {
                 // Values 128h + 32g + 4·k8.. for g in 0..4: sub-block
                 // 8h + 2g + k8 / 4, dword k8 % 4.
-                let qh = load512(p.add(192 * (8 * h + k8)));
-                let high = [
-                    _mm512_slli_epi16::<4>(qh),
-                    _mm512_slli_epi16::<2>(qh),
-                    qh,
-                    _mm512_srli_epi16::<2>(qh),
-                ];
-                for pair in 0..2 {
-                    let ql = load512(p.add(192 * (8 * h + k8) + 64 + 64 * pair));
-                    let low = [ql, _mm512_srli_epi16::<4>(ql)];
-                    for (half, &low) in low.iter().enumerate() {
-                        let g = pair + 2 * half;
-                        // (low & 0x0F) | (high & 0x30), then − 32.
-                        let q = _mm512_ternarylogic_epi32::<0xF8>(
-                            _mm512_and_si512(low, m4),
-                            high[g],
-                            m2,
-                        );
-                        w[8 * h + 2 * g + k8 / 4][k8 % 4] = _mm512_sub_epi8(q, b32);
-                    }
+                for (g, q) in q6_k_quants(p, h, k8).into_iter().enumerate() {
+                    w[8 * h + 2 * g + k8 / 4][k8 % 4] = q;
                 }
             }
         }
@@ -1350,30 +1340,6 @@ unsafe fn stored_q6_k_expand(
         // × −128.
         _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<7>(offset))
     }
-}
-
-#[inline(always)]
-unsafe fn q6_k_panel_unpacked<const T: usize>(
-    nb: usize,
-    panel: *const u8,
-    acts: *const u8,
-    arow: usize,
-    out: *mut f32,
-) {
-    // SAFETY: forwarded (the same contract).
-    unsafe { q6_k_panel::<T, false>(nb, panel, acts, arow, out) }
-}
-
-#[inline(always)]
-unsafe fn stored_panel_q6_k<const T: usize>(
-    nb: usize,
-    panel: *const u8,
-    acts: *const u8,
-    arow: usize,
-    out: *mut f32,
-) {
-    // SAFETY: forwarded (the same contract, over stored super-blocks).
-    unsafe { q6_k_panel::<T, true>(nb, panel, acts, arow, out) }
 }
 
 /// One token over stored Q6_K panels: as [`q6_k_panel`] for one token, but
@@ -1393,12 +1359,7 @@ unsafe fn k_stored_single_q6_k(
     // SAFETY: `n` panels of `nb` stored super-blocks, a prepared row and `16·n`
     // outputs (the wrapper's checks); the features are enabled.
     unsafe {
-        let (m4, m2, b32, ones) = (
-            _mm512_set1_epi8(0x0F),
-            _mm512_set1_epi8(0x30),
-            _mm512_set1_epi8(32),
-            _mm512_set1_epi8(1),
-        );
+        let ones = _mm512_set1_epi8(1);
         for panel in 0..n {
             let mut acc = _mm512_setzero_ps();
             for i in 0..nb {
@@ -1411,41 +1372,16 @@ unsafe fn k_stored_single_q6_k(
                     let mut a = [_mm512_setzero_si512(); 8];
                     let mut z = [_mm512_setzero_si512(); 8];
                     for k8 in 0..8 {
-                        let qh = load512(p.add(192 * (8 * h + k8)));
-                        let high = [
-                            _mm512_slli_epi16::<4>(qh),
-                            _mm512_slli_epi16::<2>(qh),
-                            qh,
-                            _mm512_srli_epi16::<2>(qh),
-                        ];
-                        for pair in 0..2 {
-                            let ql = load512(p.add(192 * (8 * h + k8) + 64 + 64 * pair));
-                            let low = [ql, _mm512_srli_epi16::<4>(ql)];
-                            for (half, &low) in low.iter().enumerate() {
-                                let g = pair + 2 * half;
-                                let q = _mm512_ternarylogic_epi32::<0xF8>(
-                                    _mm512_and_si512(low, m4),
-                                    high[g],
-                                    m2,
-                                );
-                                let w = _mm512_sub_epi8(q, b32);
-                                let j = 2 * g + k8 / 4;
-                                // Values 128h + 32g + 4·k8..: prepared bytes 4 + that.
-                                let x = bcast(y.add(4 + 128 * h + 32 * g + 4 * k8));
-                                a[j] = _mm512_dpbusd_epi32(a[j], x, w);
-                                z[j] = _mm512_add_epi8(z[j], w);
-                            }
+                        for (g, w) in q6_k_quants(p, h, k8).into_iter().enumerate() {
+                            let j = 2 * g + k8 / 4;
+                            // Values 128h + 32g + 4·k8..: prepared bytes 4 + that.
+                            let x = bcast(y.add(4 + 128 * h + 32 * g + 4 * k8));
+                            a[j] = _mm512_dpbusd_epi32(a[j], x, w);
+                            z[j] = _mm512_add_epi8(z[j], w);
                         }
                     }
                     for m in 0..2 {
-                        let scales = load512(p.add(3072 + 64 * (2 * h + m)));
-                        let sc = [
-                            _mm512_srai_epi32::<24>(_mm512_slli_epi32::<24>(scales)),
-                            _mm512_srai_epi32::<24>(_mm512_slli_epi32::<16>(scales)),
-                            _mm512_srai_epi32::<24>(_mm512_slli_epi32::<8>(scales)),
-                            _mm512_srai_epi32::<24>(scales),
-                        ];
-                        for (c, &sc) in sc.iter().enumerate() {
+                        for (c, sc) in q6_k_scales(p, 2 * h + m).into_iter().enumerate() {
                             let j = 4 * m + c;
                             let sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, z[j]);
                             offset = _mm512_add_epi32(offset, _mm512_mullo_epi32(sc, sum));
@@ -1506,34 +1442,24 @@ unsafe fn k_unpack_stored_q6_k(nb: usize, panel: *const u8, out: *mut u8) {
 /// A stored Q6_K panel → the Q6_K panel (checked against the file's rows unpacked).
 pub(crate) fn unpack_stored_q6_k(cols: usize, panel: &[u8], out: &mut [u8]) {
     use crate::panel::{Q6_K_BLOCK, STORED_Q6_K_BLOCK};
-    assert!(
-        cols.is_multiple_of(256),
-        "Q6_K: {cols} values is not whole blocks"
-    );
-    let nb = cols / 256;
-    assert_eq!(
-        panel.len(),
-        nb * STORED_Q6_K_BLOCK,
-        "stored Q6_K panel size"
-    );
-    assert_eq!(out.len(), nb * Q6_K_BLOCK, "Q6_K panel size");
+    let nb = unpack_stored_call("Q6_K", 256, STORED_Q6_K_BLOCK, Q6_K_BLOCK, cols, panel, out);
     // SAFETY: `nb` super-blocks each way (checked above); reachable only through
     // the AVX512 table, handed out after AVX-512 F/BW/VL + VNNI were detected.
     unsafe { k_unpack_stored_q6_k(nb, panel.as_ptr(), out.as_mut_ptr()) }
 }
 
 macro_rules! panel_fns {
-    ($($ty:literal, $values:literal: $body:ident, $block:expr, $act:expr,
+    ($($ty:literal, $values:literal: $body:ident[$form:expr], $block:expr, $act:expr,
        $kw:ident => $wide:ident, $kn:ident => $narrow:ident;)*) => {$(
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
         unsafe fn $kw(nb: usize, panel: *const u8, acts: *const u8, arow: usize, out: *mut f32) {
             // SAFETY: forwarded from the wrapper's checks.
-            unsafe { $body::<{ crate::panel::PANEL_TOKENS }>(nb, panel, acts, arow, out) }
+            unsafe { $body::<{ crate::panel::PANEL_TOKENS }, { $form }>(nb, panel, acts, arow, out) }
         }
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
         unsafe fn $kn(nb: usize, panel: *const u8, acts: *const u8, arow: usize, out: *mut f32) {
             // SAFETY: forwarded from the wrapper's checks.
-            unsafe { $body::<{ crate::panel::PANEL_TOKENS / 2 }>(nb, panel, acts, arow, out) }
+            unsafe { $body::<{ crate::panel::PANEL_TOKENS / 2 }, { $form }>(nb, panel, acts, arow, out) }
         }
         pub(crate) fn $wide(cols: usize, panel: &[u8], acts: &[u8], out: &mut [f32]) {
             let (nb, arow) = panel_call($ty, $values, cols, panel, $block, acts, $act, out, crate::panel::PANEL_TOKENS);
@@ -1581,19 +1507,19 @@ pub(super) fn panel_call(
 // One legacy kernel serves Q8_0, Q4_0 and Q5_0: their panels differ only
 // in how they were unpacked.
 panel_fns! {
-    "legacy", 32: legacy_panel_unpacked, crate::panel::LEGACY_BLOCK, crate::panel::LEGACY_ACT,
+    "legacy", 32: legacy_panel[UNPACKED], crate::panel::LEGACY_BLOCK, crate::panel::LEGACY_ACT,
         k_panel8_legacy => panel8_legacy, k_panel4_legacy => panel4_legacy;
-    "stored Q8_0", 32: stored_panel_q8_0, crate::panel::STORED_Q8_0_BLOCK, crate::panel::LEGACY_ACT,
+    "stored Q8_0", 32: legacy_panel[STORED_Q8_0], crate::panel::STORED_Q8_0_BLOCK, crate::panel::LEGACY_ACT,
         k_panel8_stored_q8_0 => panel8_stored_q8_0, k_panel4_stored_q8_0 => panel4_stored_q8_0;
-    "stored Q5_0", 32: stored_panel_q5_0, crate::panel::STORED_Q5_0_BLOCK, crate::panel::LEGACY_ACT,
+    "stored Q5_0", 32: legacy_panel[STORED_Q5_0], crate::panel::STORED_Q5_0_BLOCK, crate::panel::LEGACY_ACT,
         k_panel8_stored_q5_0 => panel8_stored_q5_0, k_panel4_stored_q5_0 => panel4_stored_q5_0;
-    "Q4_K", 256: q4_k_panel_unpacked, crate::panel::Q4_K_BLOCK, crate::panel::Q4_K_ACT,
+    "Q4_K", 256: q4_k_panel[false], crate::panel::Q4_K_BLOCK, crate::panel::Q4_K_ACT,
         k_panel8_q4_k => panel8_q4_k, k_panel4_q4_k => panel4_q4_k;
-    "stored Q4_K", 256: stored_panel_q4_k, crate::panel::STORED_Q4_K_BLOCK, crate::panel::Q4_K_ACT,
+    "stored Q4_K", 256: q4_k_panel[true], crate::panel::STORED_Q4_K_BLOCK, crate::panel::Q4_K_ACT,
         k_panel8_stored_q4_k => panel8_stored_q4_k, k_panel4_stored_q4_k => panel4_stored_q4_k;
-    "Q6_K", 256: q6_k_panel_unpacked, crate::panel::Q6_K_BLOCK, crate::panel::Q6_K_ACT,
+    "Q6_K", 256: q6_k_panel[false], crate::panel::Q6_K_BLOCK, crate::panel::Q6_K_ACT,
         k_panel8_q6_k => panel8_q6_k, k_panel4_q6_k => panel4_q6_k;
-    "stored Q6_K", 256: stored_panel_q6_k, crate::panel::STORED_Q6_K_BLOCK, crate::panel::Q6_K_ACT,
+    "stored Q6_K", 256: q6_k_panel[true], crate::panel::STORED_Q6_K_BLOCK, crate::panel::Q6_K_ACT,
         k_panel8_stored_q6_k => panel8_stored_q6_k, k_panel4_stored_q6_k => panel4_stored_q6_k;
 }
 
