@@ -441,35 +441,23 @@ fn stored_single<const N: usize>(
         (Some(s), Some(p)) => (s, p),
         _ => unreachable!("stored panels without their kernels"),
     });
-    // Where matrix `m`'s prepared row starts: the first of its type prepares it.
+    // Where matrix `m`'s prepared row starts: the first of its type prepares
+    // it (growing the buffers keeps the rows prepared before).
     let mut at = [0usize; N];
     let mut total = 0;
-    let mut arow = 0;
     for m in 0..N {
-        match (0..m).find(|&j| std::ptr::eq(wms[j].kernels, wms[m].kernels)) {
-            Some(j) => at[m] = at[j],
-            None => {
-                at[m] = total;
-                total += fns[m].1.act_row_bytes(cols);
-                arow = arow.max(wms[m].kernels.activation_row_bytes(cols));
-            }
+        if let Some(j) = (0..m).find(|&j| std::ptr::eq(wms[j].kernels, wms[m].kernels)) {
+            at[m] = at[j];
+            continue;
         }
-    }
-    grow(&mut scratch.buf, arow);
-    grow(&mut scratch.packed, total);
-    for m in 0..N {
-        if (0..m).all(|j| !std::ptr::eq(wms[j].kernels, wms[m].kernels)) {
-            let (k, p) = (wms[m].kernels, fns[m].1);
-            let prepared = &mut scratch.packed[at[m]..at[m] + p.act_row_bytes(cols)];
-            prepare_row(
-                k,
-                p,
-                cols,
-                x,
-                &mut scratch.buf[..k.activation_row_bytes(cols)],
-                prepared,
-            );
-        }
+        let (k, p) = (wms[m].kernels, fns[m].1);
+        let (arow, prow) = (k.activation_row_bytes(cols), p.act_row_bytes(cols));
+        at[m] = total;
+        total += prow;
+        grow(&mut scratch.buf, arow);
+        grow(&mut scratch.packed, total);
+        let prepared = &mut scratch.packed[at[m]..total];
+        prepare_row(k, p, cols, x, &mut scratch.buf[..arow], prepared);
     }
     let prepared = &scratch.packed[..total];
     let total_rows: usize = wms.iter().map(|w| w.rows).sum();

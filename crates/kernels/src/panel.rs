@@ -388,15 +388,16 @@ pub fn prepare_q6_k(cols: usize, act: &[u8], out: &mut [u8]) {
 
 // ------------------------------------------------------------ stored panels
 //
-// A Q8_0 or Q5_0 matrix whose rows come in whole panels can be *stored* as
-// panels (rewritten once, at load): then decoding reads sixteen rows per
-// 512-bit vector with one broadcast activation dword per `vpdpbusd`, about
-// a quarter of the instructions per byte of the eight-row kernels over
-// ggml's rows (which left single-token matmuls compute-bound where a host's
-// memory is fast). Each stored layout is exactly the size of its rows: a
-// Q8_0 block is the panel's own (no call unpacks it), a Q5_0 block keeps
-// its nibbles and fifth bits packed and is expanded in registers (or, for
-// large batches, unpacked per call like the rows).
+// A Q8_0, Q5_0, Q4_K or Q6_K matrix whose rows come in whole panels can be
+// *stored* as panels (rewritten once, at load): then decoding reads sixteen
+// rows per 512-bit vector with one broadcast activation dword per
+// `vpdpbusd`, about a quarter of the instructions per byte of the eight-row
+// kernels over ggml's rows (which left single-token matmuls compute-bound
+// where a host's memory is fast). Each stored layout is exactly the size of
+// its rows: a Q8_0 block is the panel's own (no call unpacks it); the other
+// types keep their quants packed, rebuilt in registers (or, for large
+// batches, unpacked per call like the rows). Rows read back and dequantized
+// go through ggml's layout, rebuilt block by block.
 
 /// Bytes per block of a stored Q8_0 panel: the legacy panel's 512 bytes of
 /// quants (`w + 128`), then the sixteen rows' scales as the file's f16. That
@@ -527,6 +528,32 @@ fn stored_row<const SB: usize, const TS: usize>(
     }
 }
 
+/// A block's bytes on the alignment `lamina_quant`'s block types want.
+#[repr(C, align(8))]
+struct Aligned<const N: usize>([u8; N]);
+
+/// Row `r` of a stored panel dequantized: each block rebuilt in ggml's
+/// layout by `block`, then dequantized by `lamina_quant`, so the values
+/// have the bits of dequantizing the file's row.
+fn stored_dequantize_row<const SB: usize, const TS: usize>(
+    ty: GgmlType,
+    cols: usize,
+    panel: &[u8],
+    r: usize,
+    out: &mut [f32],
+    block: fn(&[u8; SB], usize) -> [u8; TS],
+) {
+    stored_shape(ty, SB, cols, panel.len());
+    check_stored_row(r, out.len(), cols);
+    for (src, y) in panel
+        .chunks_exact(SB)
+        .zip(out.chunks_exact_mut(ty.block_size()))
+    {
+        let b = Aligned(block(src.try_into().unwrap(), r));
+        lamina_quant::dequantize_row(ty, &b.0, y).expect("one whole, aligned block");
+    }
+}
+
 pub fn store_q8_0(cols: usize, rows: &[u8], out: &mut [u8]) {
     store_blocks(
         GgmlType::Q8_0,
@@ -542,38 +569,27 @@ pub fn store_q8_0(cols: usize, rows: &[u8], out: &mut [u8]) {
     );
 }
 
-pub fn stored_row_q8_0(cols: usize, panel: &[u8], r: usize, out: &mut [u8]) {
-    let nb = stored_shape(GgmlType::Q8_0, STORED_Q8_0_BLOCK, cols, panel.len());
-    check_stored_row(r, out.len(), nb * 34);
-    for (src, b) in panel
-        .chunks_exact(STORED_Q8_0_BLOCK)
-        .zip(out.chunks_exact_mut(34))
-    {
-        b[..2].copy_from_slice(&src[512 + 2 * r..514 + 2 * r]);
-        for k in 0..8 {
-            put(
-                b,
-                2 + 4 * k,
-                (u32_at(src, 64 * k + 4 * r) ^ 0x8080_8080).to_le_bytes(),
-            );
-        }
+/// Row `r`'s block, in ggml's layout, of a stored Q8_0 block.
+#[inline(always)]
+fn stored_q8_0_row_block(src: &[u8; STORED_Q8_0_BLOCK], r: usize) -> [u8; 34] {
+    let mut b = [0u8; 34];
+    b[..2].copy_from_slice(&src[512 + 2 * r..514 + 2 * r]);
+    for k in 0..8 {
+        put(
+            &mut b,
+            2 + 4 * k,
+            (u32_at(src, 64 * k + 4 * r) ^ 0x8080_8080).to_le_bytes(),
+        );
     }
+    b
+}
+
+pub fn stored_row_q8_0(cols: usize, panel: &[u8], r: usize, out: &mut [u8]) {
+    stored_row(GgmlType::Q8_0, cols, panel, r, out, stored_q8_0_row_block);
 }
 
 pub fn stored_dequantize_row_q8_0(cols: usize, panel: &[u8], r: usize, out: &mut [f32]) {
-    stored_shape(GgmlType::Q8_0, STORED_Q8_0_BLOCK, cols, panel.len());
-    check_stored_row(r, out.len(), cols);
-    for (src, y) in panel
-        .chunks_exact(STORED_Q8_0_BLOCK)
-        .zip(out.chunks_exact_mut(32))
-    {
-        // ggml's `x·d` per value, `d` widened from f16 exactly.
-        let d = f16_at(src, 512 + 2 * r);
-        for (j, y) in y.iter_mut().enumerate() {
-            let q = src[64 * (j / 4) + 4 * r + j % 4] ^ 0x80;
-            *y = q as i8 as f32 * d;
-        }
-    }
+    stored_dequantize_row(GgmlType::Q8_0, cols, panel, r, out, stored_q8_0_row_block);
 }
 
 pub fn store_q5_0(cols: usize, rows: &[u8], out: &mut [u8]) {
@@ -627,22 +643,7 @@ pub fn stored_row_q5_0(cols: usize, panel: &[u8], r: usize, out: &mut [u8]) {
 }
 
 pub fn stored_dequantize_row_q5_0(cols: usize, panel: &[u8], r: usize, out: &mut [f32]) {
-    stored_shape(GgmlType::Q5_0, STORED_Q5_0_BLOCK, cols, panel.len());
-    check_stored_row(r, out.len(), cols);
-    for (src, y) in panel
-        .chunks_exact(STORED_Q5_0_BLOCK)
-        .zip(out.chunks_exact_mut(32))
-    {
-        // ggml's `(q − 16)·d` per value.
-        let d = f16_at(src, 320 + 2 * r);
-        let qh = stored_q5_0_qh(src, r);
-        for (j, y) in y.iter_mut().enumerate() {
-            let pair = src[64 * (j % 16 / 4) + 4 * r + j % 4];
-            let low = if j < 16 { pair & 0x0F } else { pair >> 4 };
-            let q = low as i32 | (((qh >> j) & 1) << 4) as i32;
-            *y = (q - 16) as f32 * d;
-        }
-    }
+    stored_dequantize_row(GgmlType::Q5_0, cols, panel, r, out, stored_q5_0_row_block);
 }
 
 /// Bytes per super-block of a stored Q4_K panel, exactly the sixteen rows'
@@ -701,24 +702,7 @@ pub fn stored_row_q4_k(cols: usize, panel: &[u8], r: usize, out: &mut [u8]) {
 }
 
 pub fn stored_dequantize_row_q4_k(cols: usize, panel: &[u8], r: usize, out: &mut [f32]) {
-    stored_shape(GgmlType::Q4_K, STORED_Q4_K_BLOCK, cols, panel.len());
-    check_stored_row(r, out.len(), cols);
-    for (src, y) in panel
-        .chunks_exact(STORED_Q4_K_BLOCK)
-        .zip(out.chunks_exact_mut(256))
-    {
-        // ggml's `d·sc·q − dmin·m` per value, as it dequantizes rows.
-        let b = stored_q4_k_row_block(src.try_into().unwrap(), r);
-        let (d, dmin) = (f16_at(&b, 0), f16_at(&b, 2));
-        let (scales, mins) = k4_scales_mins(b[4..16].try_into().unwrap());
-        for (s, y) in y.chunks_exact_mut(32).enumerate() {
-            let (d1, m1) = (d * scales[s] as f32, dmin * mins[s] as f32);
-            for (l, y) in y.iter_mut().enumerate() {
-                let q = (b[16 + 32 * (s / 2) + l] >> (4 * (s % 2))) & 0xF;
-                *y = d1 * q as f32 - m1;
-            }
-        }
-    }
+    stored_dequantize_row(GgmlType::Q4_K, cols, panel, r, out, stored_q4_k_row_block);
 }
 
 /// Bytes per super-block of a stored Q6_K panel, exactly the sixteen rows'
@@ -781,21 +765,5 @@ pub fn stored_row_q6_k(cols: usize, panel: &[u8], r: usize, out: &mut [u8]) {
 }
 
 pub fn stored_dequantize_row_q6_k(cols: usize, panel: &[u8], r: usize, out: &mut [f32]) {
-    stored_shape(GgmlType::Q6_K, STORED_Q6_K_BLOCK, cols, panel.len());
-    check_stored_row(r, out.len(), cols);
-    for (src, y) in panel
-        .chunks_exact(STORED_Q6_K_BLOCK)
-        .zip(out.chunks_exact_mut(256))
-    {
-        // ggml's `d·sc·(q − 32)` per value, as it dequantizes rows.
-        let b = stored_q6_k_row_block(src.try_into().unwrap(), r);
-        let d = f16_at(&b, 208);
-        for (v, y) in y.iter_mut().enumerate() {
-            let (h, g, l) = (v / 128, v % 128 / 32, v % 32);
-            let low = (b[64 * h + 32 * (g % 2) + l] >> (4 * (g / 2))) & 0xF;
-            let high = (b[128 + 32 * h + l] >> (2 * g)) & 3;
-            let q = (low | high << 4) as i32 - 32;
-            *y = d * b[192 + v / 16] as i8 as f32 * q as f32;
-        }
-    }
+    stored_dequantize_row(GgmlType::Q6_K, cols, panel, r, out, stored_q6_k_row_block);
 }
