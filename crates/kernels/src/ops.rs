@@ -5,11 +5,31 @@
 
 use half::{bf16, f16};
 
+/// `1 / sqrt(mean(x²) + eps)`: the squares summed in f64 (ggml's
+/// `ggml_float`), in eight lanes so the loop vectorizes instead of waiting
+/// on one add after another (a 576-value row took 0.57 µs that way, the
+/// norms of a decoded token 35 µs).
+fn rms_scale(x: &[f32], eps: f32) -> f32 {
+    let mut acc = [0.0f64; 8];
+    let chunks = x.chunks_exact(8);
+    let tail: f64 = chunks
+        .remainder()
+        .iter()
+        .map(|&v| v as f64 * v as f64)
+        .sum();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += v as f64 * v as f64;
+        }
+    }
+    let ss = acc.iter().sum::<f64>() + tail;
+    1.0 / ((ss / x.len() as f64) as f32 + eps).sqrt()
+}
+
 /// `out = x / sqrt(mean(x²) + eps)`.
 pub fn rms_norm(x: &[f32], eps: f32, out: &mut [f32]) {
     assert_eq!(x.len(), out.len());
-    let ss: f64 = x.iter().map(|&v| v as f64 * v as f64).sum();
-    let scale = 1.0 / ((ss / x.len() as f64) as f32 + eps).sqrt();
+    let scale = rms_scale(x, eps);
     for (o, &v) in out.iter_mut().zip(x) {
         *o = v * scale;
     }
@@ -17,16 +37,17 @@ pub fn rms_norm(x: &[f32], eps: f32, out: &mut [f32]) {
 
 /// RMSNorm then multiply by `w` (llama; Gemma GGUFs store `1 + w` already).
 pub fn rms_norm_weighted(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
-    assert_eq!(w.len(), x.len());
-    rms_norm(x, eps, out);
-    mul_in_place(out, w);
+    assert!(w.len() == x.len() && out.len() == x.len());
+    let scale = rms_scale(x, eps);
+    for ((o, &v), &g) in out.iter_mut().zip(x).zip(w) {
+        *o = v * scale * g;
+    }
 }
 
 /// [`rms_norm_weighted`] in place (per-head Q/K norms, post-norms).
 pub fn rms_norm_weighted_in_place(x: &mut [f32], w: &[f32], eps: f32) {
     assert_eq!(w.len(), x.len());
-    let ss: f64 = x.iter().map(|&v| v as f64 * v as f64).sum();
-    let scale = 1.0 / ((ss / x.len() as f64) as f32 + eps).sqrt();
+    let scale = rms_scale(x, eps);
     for (o, &g) in x.iter_mut().zip(w) {
         *o = *o * scale * g;
     }
@@ -139,11 +160,12 @@ pub enum RopeLayout {
     Neox,
 }
 
-/// The `(cos, sin)` of every pair's angle at `pos`: pair `i` turns by
+/// The cosines and sines of every pair's angle at `pos`: pair `i` turns by
 /// `freq_scale · pos · base^(-2i/rot_dims) / freq_factors[i]` (ggml's linear
-/// `freq_scale`; `freq_factors` are Llama 3's `rope_freqs.weight`),
-/// interleaved into `cs` (`rot_dims` values): computed once per position
-/// and shared by every head and layer with that base (ggml's rope cache).
+/// `freq_scale`; `freq_factors` are Llama 3's `rope_freqs.weight`), the
+/// `rot_dims / 2` cosines then the sines in `cs` (`rot_dims` values, apart
+/// so [`rope_apply`]'s loops vectorize): computed once per position and
+/// shared by every head and layer with that base (ggml's rope cache).
 pub fn rope_table(
     pos: usize,
     rot_dims: usize,
@@ -159,10 +181,10 @@ pub fn rope_table(
     }
     let step = base.powf(-2.0 / rot_dims as f32);
     let mut theta = pos as f32;
-    for (i, c) in cs.chunks_exact_mut(2).enumerate() {
+    let (cos, sin) = cs.split_at_mut(half);
+    for (i, (c, s)) in cos.iter_mut().zip(sin).enumerate() {
         let ff = freq_factors.map_or(1.0, |f| f[i]);
-        let (s, co) = (freq_scale * (theta / ff)).sin_cos();
-        c.copy_from_slice(&[co, s]);
+        (*s, *c) = (freq_scale * (theta / ff)).sin_cos();
         theta *= step;
     }
 }
@@ -173,16 +195,41 @@ pub fn rope_table(
 pub fn rope_apply(x: &mut [f32], head_dim: usize, cs: &[f32], layout: RopeLayout) {
     let half = cs.len() / 2;
     assert!(cs.len() <= head_dim && cs.len().is_multiple_of(2) && x.len().is_multiple_of(head_dim));
+    let (cos, sin) = cs.split_at(half);
     for head in x.chunks_exact_mut(head_dim) {
-        for (i, c) in cs.chunks_exact(2).enumerate() {
-            let (c, s) = (c[0], c[1]);
-            let (a, b) = match layout {
-                RopeLayout::Normal => (2 * i, 2 * i + 1),
-                RopeLayout::Neox => (i, i + half),
-            };
-            let (x0, x1) = (head[a], head[b]);
-            head[a] = x0 * c - x1 * s;
-            head[b] = x0 * s + x1 * c;
+        let rotated = &mut head[..2 * half];
+        match layout {
+            RopeLayout::Normal => {
+                // Four pairs a step (written out so the compiler vectorizes
+                // the even/odd shuffles), then the rest a pair at a time.
+                let mut pairs = rotated.chunks_exact_mut(8);
+                let (mut cs4, mut sn4) = (cos.chunks_exact(4), sin.chunks_exact(4));
+                for ((p, c), s) in pairs.by_ref().zip(cs4.by_ref()).zip(sn4.by_ref()) {
+                    let x: [f32; 8] = std::array::from_fn(|j| p[j]);
+                    for i in 0..4 {
+                        p[2 * i] = x[2 * i] * c[i] - x[2 * i + 1] * s[i];
+                        p[2 * i + 1] = x[2 * i] * s[i] + x[2 * i + 1] * c[i];
+                    }
+                }
+                let rest = pairs.into_remainder();
+                for ((p, &c), &s) in rest
+                    .chunks_exact_mut(2)
+                    .zip(cs4.remainder())
+                    .zip(sn4.remainder())
+                {
+                    let (x0, x1) = (p[0], p[1]);
+                    p[0] = x0 * c - x1 * s;
+                    p[1] = x0 * s + x1 * c;
+                }
+            }
+            RopeLayout::Neox => {
+                let (lo, hi) = rotated.split_at_mut(half);
+                for (((a, b), &c), &s) in lo.iter_mut().zip(hi).zip(cos).zip(sin) {
+                    let (x0, x1) = (*a, *b);
+                    *a = x0 * c - x1 * s;
+                    *b = x0 * s + x1 * c;
+                }
+            }
         }
     }
 }

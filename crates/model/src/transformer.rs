@@ -640,7 +640,7 @@ pub struct Buffers {
     o: Vec<f32>,
     gate: Vec<f32>,
     up: Vec<f32>,
-    /// RoPE `(cos, sin)` tables of the batch's positions ([`ops::rope_table`]):
+    /// RoPE cosine and sine tables of the batch's positions ([`ops::rope_table`]):
     /// `T × rope_dims` for the global base, then as many for the sliding-window
     /// layers' base where the model has such layers.
     rope: Vec<f32>,
