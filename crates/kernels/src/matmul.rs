@@ -86,21 +86,6 @@ fn chunk_rows(rows: usize, threads: usize) -> usize {
         .min(rows.max(1))
 }
 
-/// Rows per task of a single-token call: whole eight-row groups, eight
-/// tasks per thread, however large the matrix. The spinning pool gives each
-/// thread a contiguous range of tasks and thieves take from a range's end,
-/// so each thread still streams one long run of rows, as its prefetch and
-/// the hardware's want, while the threads can even out at the region's end:
-/// on a Zen 5 part eight tasks a thread decoded 3-10 % faster than two,
-/// sixteen no faster. (With one shared task counter, which interleaved the
-/// threads' tasks, two a thread had been best.)
-fn single_token_chunk_rows(rows: usize, threads: usize) -> usize {
-    rows.div_ceil(threads.max(1) * 8)
-        .next_multiple_of(8)
-        .max(8)
-        .min(rows.max(1))
-}
-
 /// Rows per panel task: whole panels, about four tasks per thread, the size
 /// (down to half that) whose tasks the threads share most evenly, since a
 /// task is long (576 rows in tasks of 80 left one thread 320 rows to the
@@ -281,27 +266,21 @@ pub fn matmul_many<const N: usize>(
     }
     let acts = &scratch.buf[..arow * tokens];
     let packed = &scratch.packed[..packed_len];
-    let total_rows: usize = wms.iter().map(|w| w.rows).sum();
-    let chunk = if tokens == 1 {
-        single_token_chunk_rows(total_rows, pool.threads())
-    } else {
-        chunk_rows(total_rows, pool.threads())
-    };
-    let tasks = RowTasks::new(&wms, chunk);
     let mut ys = ys;
     let outs: [Out<f32>; N] = std::array::from_fn(|m| Out(ys[m].as_mut_ptr()));
     let outs = &outs;
-    pool.run(tasks.count(), &|task| {
-        let (m, r0, r1) = tasks.locate(task);
+    // Rows `r0..r1` of matrix `m` for every token.
+    let run_rows = |m: usize, r0: usize, r1: usize| {
         let (w, rows) = (wms[m].data, wms[m].rows);
         let a = |t: usize| &acts[t * arow..(t + 1) * arow];
         let out = &outs[m];
         let store = |t: usize, r: usize, v: f32| {
             debug_assert!(t < tokens && r < rows);
             // SAFETY: `t < tokens` and `r0 <= r < r1 <= rows`, so the index is inside
-            // `ys[m]` (`tokens * rows` values, checked by `check_shapes`); each task owns
-            // rows `r0..r1` of one matrix for every token, so no two tasks write the same
-            // element, and `ys` was a set of distinct `&mut` slices.
+            // `ys[m]` (`tokens * rows` values, checked by `check_shapes`); each call owns
+            // rows `r0..r1` of matrix `m` for every token (no two tasks share a row of a
+            // matrix), so no two write the same element, and `ys` was a set of distinct
+            // `&mut` slices.
             unsafe { *out.0.add(t * rows + r) = v }
         };
         if let Some(tiles) = tiles {
@@ -360,7 +339,18 @@ pub fn matmul_many<const N: usize>(
                 store(t, r, (k.vec_dot)(cols, &w[r * wrow..(r + 1) * wrow], a(t)));
             }
         }
-    });
+    };
+    if tokens == 1 {
+        let tasks = TaperedTasks::new(&wms, 8, pool.threads());
+        pool.run(tasks.count(), &|task| tasks.for_each(task, run_rows));
+    } else {
+        let total_rows: usize = wms.iter().map(|w| w.rows).sum();
+        let tasks = RowTasks::new(&wms, chunk_rows(total_rows, pool.threads()));
+        pool.run(tasks.count(), &|task| {
+            let (m, r0, r1) = tasks.locate(task);
+            run_rows(m, r0, r1)
+        });
+    }
     Ok(())
 }
 
@@ -396,6 +386,68 @@ impl<const N: usize> RowTasks<N> {
     }
 }
 
+/// Tasks per thread of a single-token call ([`TaperedTasks`]).
+const TAPERED_TASKS: usize = 10;
+
+/// The tasks of a single-token call: the rows of all its matrices, as if
+/// one after the other, in whole `unit`-row steps, an even share per thread,
+/// each share cut into [`TAPERED_TASKS`] tasks that shrink toward its end
+/// (the first about a fifth of it, the last a step or two). A thread still
+/// streams its share as one run, and a thread that finishes first takes
+/// the other's small last tasks, so the threads end within about one small
+/// task of each other: with even tasks the last one in flight (an eighth
+/// of a share) had left one thread idle 1.5-2.8 µs per large matmul.
+struct TaperedTasks<const N: usize> {
+    unit: usize,
+    units: usize,
+    threads: usize,
+    rows: [usize; N],
+}
+
+impl<const N: usize> TaperedTasks<N> {
+    fn new(wms: &[&Weights<'_>; N], unit: usize, threads: usize) -> Self {
+        let rows = wms.map(|w| w.rows);
+        let total: usize = rows.iter().sum();
+        Self {
+            unit,
+            units: total.div_ceil(unit),
+            threads: threads.max(1),
+            rows,
+        }
+    }
+    fn count(&self) -> usize {
+        self.threads * TAPERED_TASKS
+    }
+    /// Calls `f(matrix, r0, r1)` for each matrix's rows in task `task` (none
+    /// for an empty task; several where it spans the end of a matrix).
+    fn for_each(&self, task: usize, mut f: impl FnMut(usize, usize, usize)) {
+        let (j, k) = (task / TAPERED_TASKS, task % TAPERED_TASKS);
+        let start = j * self.units / self.threads;
+        let share = (j + 1) * self.units / self.threads - start;
+        // Boundary `i` of the share: share · (1 − (1 − i/K)²), rounded down
+        // (so the last task is not empty), so task sizes fall linearly from
+        // about 2/K of the share to a unit.
+        let edge = |i: usize| {
+            let left = TAPERED_TASKS - i;
+            share - (share * left * left).div_ceil(TAPERED_TASKS * TAPERED_TASKS)
+        };
+        let (mut g0, g1) = (
+            (start + edge(k)) * self.unit,
+            (start + edge(k + 1)) * self.unit,
+        );
+        let mut base = 0;
+        for (m, &rows) in self.rows.iter().enumerate() {
+            let end = base + rows;
+            if g0 < g1 && g0 < end {
+                let r1 = g1.min(end);
+                f(m, g0 - base, r1 - base);
+                g0 = r1;
+            }
+            base = end;
+        }
+    }
+}
+
 /// Grows (never shrinks) `buf` to `len` bytes.
 fn grow(buf: &mut Vec<u8>, len: usize) {
     if buf.len() < len {
@@ -423,10 +475,9 @@ fn prepare_row(
 }
 
 /// [`matmul_many`] for one token over stored panels (shapes checked, any
-/// weight types): the activation prepared once per weight type, then tasks
-/// of whole panels as [`single_token_chunk_rows`] splits rows, each
-/// streaming its panels through its type's one-token kernel into its rows
-/// of the output. Matrices of several types (Gemma 3's Q5_0 queries and
+/// weight types): the activation prepared once per weight type, then
+/// [`TaperedTasks`] of whole panels, each streaming its panels through its
+/// type's one-token kernel into its rows of the output. Matrices of several types (Gemma 3's Q5_0 queries and
 /// keys with Q8_0 values) so share one parallel region.
 fn stored_single<const N: usize>(
     wms: [&Weights<'_>; N],
@@ -460,23 +511,22 @@ fn stored_single<const N: usize>(
         prepare_row(k, p, cols, x, &mut scratch.buf[..arow], prepared);
     }
     let prepared = &scratch.packed[..total];
-    let total_rows: usize = wms.iter().map(|w| w.rows).sum();
-    let chunk = single_token_chunk_rows(total_rows, pool.threads()).next_multiple_of(PANEL_ROWS);
-    let tasks = RowTasks::new(&wms, chunk);
+    let tasks = TaperedTasks::new(&wms, PANEL_ROWS, pool.threads());
     let mut ys = ys;
     let outs: [Out<f32>; N] = std::array::from_fn(|m| Out(ys[m].as_mut_ptr()));
     let outs = &outs;
     pool.run(tasks.count(), &|task| {
-        // Rows and chunks are whole panels, so each task's rows are too.
-        let (m, r0, r1) = tasks.locate(task);
-        let ((s, p), k) = (fns[m], wms[m].kernels);
-        let wrow = k.weight_row_bytes(cols);
-        // SAFETY: `ys[m]` holds `rows` values (one token, `check_shapes`) and
-        // `r0 < r1 <= rows`; each task owns rows `r0..r1` of one matrix, so no two
-        // tasks write the same element, and `ys` were distinct `&mut` slices.
-        let out = unsafe { std::slice::from_raw_parts_mut(outs[m].0.add(r0), r1 - r0) };
-        let act = &prepared[at[m]..at[m] + p.act_row_bytes(cols)];
-        (s.single)(cols, &wms[m].data[r0 * wrow..r1 * wrow], act, out);
+        // Every matrix's rows are whole panels, so each task's rows are too.
+        tasks.for_each(task, |m, r0, r1| {
+            let ((s, p), k) = (fns[m], wms[m].kernels);
+            let wrow = k.weight_row_bytes(cols);
+            // SAFETY: `ys[m]` holds `rows` values (one token, `check_shapes`) and
+            // `r0 < r1 <= rows`; each task owns rows `r0..r1` of its matrices, so no
+            // two tasks write the same element, and `ys` were distinct `&mut` slices.
+            let out = unsafe { std::slice::from_raw_parts_mut(outs[m].0.add(r0), r1 - r0) };
+            let act = &prepared[at[m]..at[m] + p.act_row_bytes(cols)];
+            (s.single)(cols, &wms[m].data[r0 * wrow..r1 * wrow], act, out);
+        });
     });
 }
 
@@ -927,14 +977,66 @@ mod tests {
         }
     }
 
-    /// Single-token tasks are whole eight-row groups, eight per thread.
+    /// Single-token tasks cover every row of every matrix once, in whole
+    /// units except at a matrix's end, a share of the units per thread
+    /// (`TAPERED_TASKS` tasks each, so the pool's ranges are the shares),
+    /// and shrink toward each share's end.
     #[test]
-    fn single_token_tasks_are_long_runs_of_rows() {
-        assert_eq!(single_token_chunk_rows(262_144, 2), 16_384);
-        assert_eq!(single_token_chunk_rows(960, 2), 64);
-        assert_eq!(single_token_chunk_rows(100, 2), 8);
-        assert_eq!(single_token_chunk_rows(5, 2), 5);
-        assert_eq!(single_token_chunk_rows(0, 2), 1);
+    fn tapered_tasks_cover_each_row_once_and_shrink() {
+        let k = crate::kernels(GgmlType::Q8_0).unwrap();
+        let weights = |rows: usize| Weights {
+            kernels: k,
+            data: &[],
+            rows,
+            cols: 32,
+            layout: Layout::Rows,
+        };
+        // Task sizes in rows, after checking the tasks' rows.
+        let sizes = |rows: [usize; 3], unit: usize, threads: usize| -> Vec<usize> {
+            let wms = rows.map(weights);
+            let tasks = TaperedTasks::new(&[&wms[0], &wms[1], &wms[2]], unit, threads);
+            assert_eq!(tasks.count(), threads * TAPERED_TASKS);
+            let mut seen = rows.map(|r| vec![0u32; r]);
+            let sizes = (0..tasks.count())
+                .map(|task| {
+                    let mut size = 0;
+                    tasks.for_each(task, |m, r0, r1| {
+                        assert!(
+                            r0 < r1 && r1 <= rows[m],
+                            "{rows:?}: task {task}: {m} {r0}..{r1}"
+                        );
+                        seen[m][r0..r1].iter_mut().for_each(|c| *c += 1);
+                        size += r1 - r0;
+                    });
+                    size
+                })
+                .collect();
+            assert!(seen.iter().flatten().all(|&c| c == 1), "{rows:?}");
+            sizes
+        };
+        for (rows, unit, threads) in [
+            ([576, 192, 192], 8, 2),
+            ([1536, 1536, 0], 16, 2),
+            ([49_152, 0, 0], 16, 2),
+            ([100, 5, 3], 8, 3),
+            ([7, 0, 0], 8, 4),
+            ([0, 16, 0], 16, 2),
+            ([0, 0, 0], 8, 2),
+        ] {
+            for share in sizes(rows, unit, threads).chunks(TAPERED_TASKS) {
+                assert!(
+                    share.windows(2).all(|w| w[0] + unit >= w[1]),
+                    "{rows:?}: {share:?}"
+                );
+            }
+        }
+        // SmolLM2's gate and up: the first task about a fifth of a thread's
+        // 96 panels, the last one panel.
+        let panels: Vec<usize> = sizes([1536, 1536, 0], PANEL_ROWS, 2)[..TAPERED_TASKS]
+            .iter()
+            .map(|r| r / PANEL_ROWS)
+            .collect();
+        assert_eq!(panels, [18, 16, 14, 13, 11, 8, 7, 5, 3, 1]);
     }
 
     /// Panel tasks are whole panels, shared evenly where a size allows.
