@@ -12,7 +12,7 @@
 //! query (decoding) widens rows as it reads them and allocates nothing.
 //!
 //! Work is split over (query chunk × kv head for prompts, or × part of a kv
-//! head's query heads for a few queries: see [`group_parts`]) tasks on a
+//! head's query heads for a few queries, as `group_parts` splits them) tasks on a
 //! [`ThreadPool`]; tasks write disjoint output rows. A query's heads go
 //! through the row kernel of the selected ISA ([`AttendFn`]: the portable
 //! one here, the AVX2 one on x86-64, built for AVX-512 VL's registers where
