@@ -477,8 +477,9 @@ fn prepare_row(
 /// [`matmul_many`] for one token over stored panels (shapes checked, any
 /// weight types): the activation prepared once per weight type, then
 /// [`TaperedTasks`] of whole panels, each streaming its panels through its
-/// type's one-token kernel into its rows of the output. Matrices of several types (Gemma 3's Q5_0 queries and
-/// keys with Q8_0 values) so share one parallel region.
+/// type's one-token kernel into its rows of the output. Matrices of several
+/// types (Gemma 3's Q5_0 queries and keys with Q8_0 values) so share one
+/// parallel region.
 fn stored_single<const N: usize>(
     wms: [&Weights<'_>; N],
     x: &[f32],
