@@ -663,36 +663,32 @@ pub fn store_q4_k(cols: usize, rows: &[u8], out: &mut [u8]) {
         rows,
         out,
         |r, b: &[u8; 144], dst: &mut [u8; STORED_Q4_K_BLOCK]| {
-            for j in 0..4 {
-                for k in 0..8 {
-                    let at = 512 * j + 64 * k + 4 * r;
-                    dst[at..at + 4].copy_from_slice(&b[16 + 32 * j + 4 * k..20 + 32 * j + 4 * k]);
-                }
+            for (at, from, len) in stored_q4_k_pieces(r) {
+                dst[at..at + len].copy_from_slice(&b[from..from + len]);
             }
-            for m in 0..3 {
-                dst[2048 + 64 * m + 4 * r..2052 + 64 * m + 4 * r]
-                    .copy_from_slice(&b[4 + 4 * m..8 + 4 * m]);
-            }
-            dst[2240 + 2 * r..2242 + 2 * r].copy_from_slice(&b[..2]);
-            dst[2272 + 2 * r..2274 + 2 * r].copy_from_slice(&b[2..4]);
         },
     );
+}
+
+/// Where each piece of row `r`'s Q4_K block lies in a stored super-block:
+/// (stored offset, block offset, bytes) for the quants' dwords, the scales'
+/// and mins' dwords, `d` and `dmin`.
+fn stored_q4_k_pieces(r: usize) -> impl Iterator<Item = (usize, usize, usize)> {
+    let quants = (0..32).map(move |i| {
+        let (j, k) = (i / 8, i % 8);
+        (512 * j + 64 * k + 4 * r, 16 + 32 * j + 4 * k, 4)
+    });
+    let scales = (0..3).map(move |m| (2048 + 64 * m + 4 * r, 4 + 4 * m, 4));
+    let d = [(2240 + 2 * r, 0, 2), (2272 + 2 * r, 2, 2)];
+    quants.chain(scales).chain(d)
 }
 
 /// Row `r`'s block, in ggml's layout, of a stored Q4_K super-block.
 #[inline(always)]
 fn stored_q4_k_row_block(src: &[u8; STORED_Q4_K_BLOCK], r: usize) -> [u8; 144] {
     let mut b = [0u8; 144];
-    b[..2].copy_from_slice(&src[2240 + 2 * r..2242 + 2 * r]);
-    b[2..4].copy_from_slice(&src[2272 + 2 * r..2274 + 2 * r]);
-    for m in 0..3 {
-        b[4 + 4 * m..8 + 4 * m].copy_from_slice(&src[2048 + 64 * m + 4 * r..2052 + 64 * m + 4 * r]);
-    }
-    for j in 0..4 {
-        for k in 0..8 {
-            let at = 512 * j + 64 * k + 4 * r;
-            b[16 + 32 * j + 4 * k..20 + 32 * j + 4 * k].copy_from_slice(&src[at..at + 4]);
-        }
+    for (at, to, len) in stored_q4_k_pieces(r) {
+        b[to..to + len].copy_from_slice(&src[at..at + len]);
     }
     b
 }

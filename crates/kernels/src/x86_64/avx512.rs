@@ -811,24 +811,6 @@ unsafe fn k_unpack_stored_q5_0(nb: usize, panel: *const u8, out: *mut u8) {
     }
 }
 
-/// A stored Q5_0 panel → the legacy panel, with the stored kernels'
-/// expansion (checked against the file's rows unpacked).
-pub(crate) fn unpack_stored_q5_0(cols: usize, panel: &[u8], out: &mut [u8]) {
-    use crate::panel::{LEGACY_BLOCK, STORED_Q5_0_BLOCK};
-    let nb = unpack_stored_call(
-        "Q5_0",
-        32,
-        STORED_Q5_0_BLOCK,
-        LEGACY_BLOCK,
-        cols,
-        panel,
-        out,
-    );
-    // SAFETY: `nb` blocks each way (checked above); reachable only through the
-    // AVX512 table, handed out after AVX-512 F/BW/VL + VNNI were detected.
-    unsafe { k_unpack_stored_q5_0(nb, panel.as_ptr(), out.as_mut_ptr()) }
-}
-
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn k_stored_single_q4_k(
     nb: usize,
@@ -846,22 +828,6 @@ unsafe fn k_stored_single_q4_k(
             q4_k_panel::<1, true>(nb, panel, act, 0, out.add(16 * p));
         }
     }
-}
-
-pub(crate) fn stored_single_q4_k(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
-    use crate::panel::{Q4_K_ACT, STORED_Q4_K_BLOCK};
-    let (nb, n) = stored_single_call(
-        "Q4_K",
-        256,
-        STORED_Q4_K_BLOCK,
-        Q4_K_ACT,
-        cols,
-        panels,
-        act,
-        out,
-    );
-    // SAFETY: as for Q8_0, over stored Q4_K panels (checked above).
-    unsafe { k_stored_single_q4_k(nb, panels.as_ptr(), n, act.as_ptr(), out.as_mut_ptr()) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -896,96 +862,134 @@ unsafe fn k_unpack_stored_q4_k(nb: usize, panel: *const u8, out: *mut u8) {
     }
 }
 
-/// A stored Q4_K panel → the Q4_K panel (checked against the file's rows unpacked).
-pub(crate) fn unpack_stored_q4_k(cols: usize, panel: &[u8], out: &mut [u8]) {
-    use crate::panel::{Q4_K_BLOCK, STORED_Q4_K_BLOCK};
-    let nb = unpack_stored_call("Q4_K", 256, STORED_Q4_K_BLOCK, Q4_K_BLOCK, cols, panel, out);
-    // SAFETY: `nb` super-blocks each way (checked above); reachable only through
-    // the AVX512 table, handed out after AVX-512 F/BW/VL + VNNI were detected.
-    unsafe { k_unpack_stored_q4_k(nb, panel.as_ptr(), out.as_mut_ptr()) }
-}
-
-/// Checks an unpacking call (blocks of `bs` values, `block` bytes stored,
-/// `panel_block` unpacked); returns the blocks per row.
-fn unpack_stored_call(
-    ty: &str,
-    bs: usize,
+/// A stored type's sizes, for the checked entry points below.
+struct StoredShape {
+    ty: &'static str,
+    /// Values per block.
+    values: usize,
+    /// Bytes of a stored block (sixteen rows).
     block: usize,
-    panel_block: usize,
-    cols: usize,
-    panel: &[u8],
-    out: &[u8],
-) -> usize {
-    assert!(
-        cols.is_multiple_of(bs),
-        "{ty}: {cols} values is not whole blocks"
-    );
-    let nb = cols / bs;
-    assert_eq!(panel.len(), nb * block, "stored {ty} panel size");
-    assert_eq!(out.len(), nb * panel_block, "{ty} panel size");
-    nb
-}
-
-/// Checks a one-token stored call (blocks of `bs` values, `block` bytes
-/// stored, `act_block` prepared); returns (blocks per row, panels).
-#[allow(clippy::too_many_arguments)]
-fn stored_single_call(
-    ty: &str,
-    bs: usize,
-    block: usize,
+    /// Bytes of a block of the prepared activation row.
     act_block: usize,
+    /// Bytes of a block of the panel a stored block unpacks to.
+    panel_block: usize,
+}
+
+const SHAPE_Q8_0: StoredShape = StoredShape {
+    ty: "Q8_0",
+    values: 32,
+    block: crate::panel::STORED_Q8_0_BLOCK,
+    act_block: crate::panel::LEGACY_ACT,
+    panel_block: crate::panel::LEGACY_BLOCK,
+};
+const SHAPE_Q5_0: StoredShape = StoredShape {
+    ty: "Q5_0",
+    values: 32,
+    block: crate::panel::STORED_Q5_0_BLOCK,
+    act_block: crate::panel::LEGACY_ACT,
+    panel_block: crate::panel::LEGACY_BLOCK,
+};
+const SHAPE_Q4_K: StoredShape = StoredShape {
+    ty: "Q4_K",
+    values: 256,
+    block: crate::panel::STORED_Q4_K_BLOCK,
+    act_block: crate::panel::Q4_K_ACT,
+    panel_block: crate::panel::Q4_K_BLOCK,
+};
+const SHAPE_Q6_K: StoredShape = StoredShape {
+    ty: "Q6_K",
+    values: 256,
+    block: crate::panel::STORED_Q6_K_BLOCK,
+    act_block: crate::panel::Q6_K_ACT,
+    panel_block: crate::panel::Q6_K_BLOCK,
+};
+
+/// A one-token stored kernel: (blocks per row, panels, panel count,
+/// prepared row, outputs).
+type StoredSingleKernel = unsafe fn(usize, *const u8, usize, *const u8, *mut f32);
+/// A stored-panel unpacker: (blocks per row, stored panel, panel out).
+type UnpackStoredKernel = unsafe fn(usize, *const u8, *mut u8);
+
+/// Checks a one-token call over stored panels of `shape` (whole blocks,
+/// whole panels, the prepared row's and the output's sizes), then runs
+/// `kernel` on it.
+fn stored_single_call(
+    shape: &StoredShape,
+    kernel: StoredSingleKernel,
     cols: usize,
     panels: &[u8],
     act: &[u8],
-    out: &[f32],
-) -> (usize, usize) {
+    out: &mut [f32],
+) {
+    let StoredShape { ty, values, .. } = *shape;
     assert!(
-        cols > 0 && cols.is_multiple_of(bs),
+        cols > 0 && cols.is_multiple_of(values),
         "{ty}: {cols} values is not whole blocks"
     );
-    let nb = cols / bs;
-    let pbytes = nb * block;
+    let nb = cols / values;
+    let pbytes = nb * shape.block;
     assert!(
         panels.len().is_multiple_of(pbytes),
         "stored {ty}: {} bytes is not whole panels",
         panels.len()
     );
     let n = panels.len() / pbytes;
-    assert_eq!(act.len(), nb * act_block, "prepared {ty} row size");
+    assert_eq!(act.len(), nb * shape.act_block, "prepared {ty} row size");
     assert_eq!(out.len(), 16 * n, "stored panel output size");
-    (nb, n)
+    // SAFETY: `n` whole panels of `nb` stored blocks, a prepared row of `nb`
+    // blocks and `16·n` outputs (checked above), as every kernel passed here
+    // reads and writes; reachable only through the AVX512 table, handed out
+    // after AVX-512 F/BW/VL + VNNI were detected.
+    unsafe { kernel(nb, panels.as_ptr(), n, act.as_ptr(), out.as_mut_ptr()) }
+}
+
+/// Checks an unpacking call of one stored panel of `shape` (whole blocks,
+/// both sizes), then runs `kernel` on it.
+fn unpack_stored_call(
+    shape: &StoredShape,
+    kernel: UnpackStoredKernel,
+    cols: usize,
+    panel: &[u8],
+    out: &mut [u8],
+) {
+    let StoredShape { ty, values, .. } = *shape;
+    assert!(
+        cols.is_multiple_of(values),
+        "{ty}: {cols} values is not whole blocks"
+    );
+    let nb = cols / values;
+    assert_eq!(panel.len(), nb * shape.block, "stored {ty} panel size");
+    assert_eq!(out.len(), nb * shape.panel_block, "{ty} panel size");
+    // SAFETY: `nb` blocks each way (checked above), as every unpacker passed
+    // here reads and writes; reachable only through the AVX512 table, handed
+    // out after AVX-512 F/BW/VL + VNNI were detected.
+    unsafe { kernel(nb, panel.as_ptr(), out.as_mut_ptr()) }
 }
 
 pub(crate) fn stored_single_q8_0(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
-    let (nb, n) = stored_single_call(
-        "Q8_0",
-        32,
-        crate::panel::STORED_Q8_0_BLOCK,
-        crate::panel::LEGACY_ACT,
-        cols,
-        panels,
-        act,
-        out,
-    );
-    // SAFETY: `n` whole panels, a prepared row of `nb` blocks and `16·n` outputs
-    // (checked above); reachable only through the AVX512 table, handed out after
-    // AVX-512 F/BW/VL + VNNI were detected.
-    unsafe { k_stored_single_q8_0(nb, panels.as_ptr(), n, act.as_ptr(), out.as_mut_ptr()) }
+    stored_single_call(&SHAPE_Q8_0, k_stored_single_q8_0, cols, panels, act, out)
+}
+pub(crate) fn stored_single_q5_0(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
+    stored_single_call(&SHAPE_Q5_0, k_stored_single_q5_0, cols, panels, act, out)
+}
+pub(crate) fn stored_single_q4_k(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
+    stored_single_call(&SHAPE_Q4_K, k_stored_single_q4_k, cols, panels, act, out)
+}
+pub(crate) fn stored_single_q6_k(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
+    stored_single_call(&SHAPE_Q6_K, k_stored_single_q6_k, cols, panels, act, out)
 }
 
-pub(crate) fn stored_single_q5_0(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
-    let (nb, n) = stored_single_call(
-        "Q5_0",
-        32,
-        crate::panel::STORED_Q5_0_BLOCK,
-        crate::panel::LEGACY_ACT,
-        cols,
-        panels,
-        act,
-        out,
-    );
-    // SAFETY: as for Q8_0, over stored Q5_0 panels (checked above).
-    unsafe { k_stored_single_q5_0(nb, panels.as_ptr(), n, act.as_ptr(), out.as_mut_ptr()) }
+/// A stored panel → the panel its type's kernels read (the legacy panel for
+/// Q5_0), with the stored kernels' expansion (checked against the file's
+/// rows unpacked).
+pub(crate) fn unpack_stored_q5_0(cols: usize, panel: &[u8], out: &mut [u8]) {
+    unpack_stored_call(&SHAPE_Q5_0, k_unpack_stored_q5_0, cols, panel, out)
+}
+pub(crate) fn unpack_stored_q4_k(cols: usize, panel: &[u8], out: &mut [u8]) {
+    unpack_stored_call(&SHAPE_Q4_K, k_unpack_stored_q4_k, cols, panel, out)
+}
+pub(crate) fn unpack_stored_q6_k(cols: usize, panel: &[u8], out: &mut [u8]) {
+    unpack_stored_call(&SHAPE_Q6_K, k_unpack_stored_q6_k, cols, panel, out)
 }
 
 /// `s + x · scale` per i32 lane, exact for `|x| < 2^15` and a scale
@@ -1399,22 +1403,6 @@ unsafe fn k_stored_single_q6_k(
     }
 }
 
-pub(crate) fn stored_single_q6_k(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
-    use crate::panel::{Q6_K_ACT, STORED_Q6_K_BLOCK};
-    let (nb, n) = stored_single_call(
-        "Q6_K",
-        256,
-        STORED_Q6_K_BLOCK,
-        Q6_K_ACT,
-        cols,
-        panels,
-        act,
-        out,
-    );
-    // SAFETY: as for Q8_0, over stored Q6_K panels (checked above).
-    unsafe { k_stored_single_q6_k(nb, panels.as_ptr(), n, act.as_ptr(), out.as_mut_ptr()) }
-}
-
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn k_unpack_stored_q6_k(nb: usize, panel: *const u8, out: *mut u8) {
     use crate::panel::{Q6_K_BLOCK, STORED_Q6_K_BLOCK};
@@ -1437,15 +1425,6 @@ unsafe fn k_unpack_stored_q6_k(nb: usize, panel: *const u8, out: *mut u8) {
             _mm512_storeu_ps(dst.add(5184).cast(), load16_f16(p.add(3328)));
         }
     }
-}
-
-/// A stored Q6_K panel → the Q6_K panel (checked against the file's rows unpacked).
-pub(crate) fn unpack_stored_q6_k(cols: usize, panel: &[u8], out: &mut [u8]) {
-    use crate::panel::{Q6_K_BLOCK, STORED_Q6_K_BLOCK};
-    let nb = unpack_stored_call("Q6_K", 256, STORED_Q6_K_BLOCK, Q6_K_BLOCK, cols, panel, out);
-    // SAFETY: `nb` super-blocks each way (checked above); reachable only through
-    // the AVX512 table, handed out after AVX-512 F/BW/VL + VNNI were detected.
-    unsafe { k_unpack_stored_q6_k(nb, panel.as_ptr(), out.as_mut_ptr()) }
 }
 
 macro_rules! panel_fns {
