@@ -493,25 +493,36 @@ fn stored_single<const N: usize>(
         (Some(s), Some(p)) => (s, p),
         _ => unreachable!("stored panels without their kernels"),
     });
-    // Where matrix `m`'s prepared row starts: the first of its type prepares
-    // it (growing the buffers keeps the rows prepared before).
-    let mut at = [0usize; N];
+    // Matrix `m`'s activation row: where it starts and its bytes (the row
+    // prepared for the type's panels, or quantized where its kernel reads
+    // that); the first of its type makes it (growing the buffers keeps the
+    // rows made before).
+    let mut at = [(0usize, 0usize); N];
     let mut total = 0;
     for m in 0..N {
         if let Some(j) = (0..m).find(|&j| std::ptr::eq(wms[j].kernels, wms[m].kernels)) {
             at[m] = at[j];
             continue;
         }
-        let (k, p) = (wms[m].kernels, fns[m].1);
-        let (arow, prow) = (k.activation_row_bytes(cols), p.act_row_bytes(cols));
-        at[m] = total;
-        total += prow;
+        let (k, (s, p)) = (wms[m].kernels, fns[m]);
+        let arow = k.activation_row_bytes(cols);
+        let bytes = if s.single_reads_quantized {
+            arow
+        } else {
+            p.act_row_bytes(cols)
+        };
+        at[m] = (total, bytes);
+        total += bytes;
         grow(&mut scratch.buf, arow);
         grow(&mut scratch.packed, total);
-        let prepared = &mut scratch.packed[at[m]..total];
-        prepare_row(k, p, cols, x, &mut scratch.buf[..arow], prepared);
+        let row = &mut scratch.packed[at[m].0..total];
+        if s.single_reads_quantized {
+            (k.quantize_activation)(x, row);
+        } else {
+            prepare_row(k, p, cols, x, &mut scratch.buf[..arow], row);
+        }
     }
-    let prepared = &scratch.packed[..total];
+    let acts = &scratch.packed[..total];
     let tasks = TaperedTasks::new(&wms, PANEL_ROWS, pool.threads());
     let mut ys = ys;
     let outs: [Out<f32>; N] = std::array::from_fn(|m| Out(ys[m].as_mut_ptr()));
@@ -519,13 +530,13 @@ fn stored_single<const N: usize>(
     pool.run(tasks.count(), &|task| {
         // Every matrix's rows are whole panels, so each task's rows are too.
         tasks.for_each(task, |m, r0, r1| {
-            let ((s, p), k) = (fns[m], wms[m].kernels);
+            let (s, k) = (fns[m].0, wms[m].kernels);
             let wrow = k.weight_row_bytes(cols);
             // SAFETY: `ys[m]` holds `rows` values (one token, `check_shapes`) and
             // `r0 < r1 <= rows`; each task owns rows `r0..r1` of its matrices, so no
             // two tasks write the same element, and `ys` were distinct `&mut` slices.
             let out = unsafe { std::slice::from_raw_parts_mut(outs[m].0.add(r0), r1 - r0) };
-            let act = &prepared[at[m]..at[m] + p.act_row_bytes(cols)];
+            let act = &acts[at[m].0..at[m].0 + at[m].1];
             (s.single)(cols, &wms[m].data[r0 * wrow..r1 * wrow], act, out);
         });
     });

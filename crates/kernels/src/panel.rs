@@ -114,6 +114,9 @@ pub const Q4_K_ACT: usize = 276;
 /// Bytes per super-block of the Q6_K panel and of its prepared activations.
 pub const Q6_K_BLOCK: usize = 5248;
 pub const Q6_K_ACT: usize = 260;
+/// Bytes of a Q8_K block (the K-quants' activations): its scale (f32), 256
+/// quants, the sums of each 16 (i16).
+pub const Q8_K_BYTES: usize = 292;
 
 #[inline(always)]
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -425,6 +428,9 @@ pub struct StoredPanelFns {
     pub dequantize_row: StoredDequantizeFn,
     /// One token (decoding), over any number of whole panels.
     pub single: StoredDotFn,
+    /// Whether [`single`](Self::single) reads the type's quantized
+    /// activation row as it is instead of the row prepared for the panels.
+    pub single_reads_quantized: bool,
     /// [`PANEL_TOKENS`] tokens on one stored panel.
     pub wide: PanelFn,
     /// Half as many.

@@ -54,16 +54,22 @@ mod miri_avx512 {
             tile(k).is_some() && tile(k) != tile(avx2)
         };
         assert!(vnni, "{ty}: the AVX-512 table must use VNNI kernels");
-        // 3 blocks: an odd count exercises the remainder paths.
+        // 3 blocks: an odd count exercises the remainder paths. Q6_K's
+        // one-token stored kernel takes rows past 16 super-blocks in chunks.
+        let long = 16 + 3;
         if cfg!(miri) {
             for (seed, style) in [(1, 0), (2, 4), (3, 3), (4, 2)] {
                 check_dot_only(k, seed, 3, style);
             }
             check_dot_only(k, 5, 1, 0);
+            if ty == GgmlType::Q6_K {
+                check_dot_only(k, 6, long, 0);
+            }
         } else {
             for (seed, style) in [(1, 0), (2, 4), (3, 13)] {
                 check_case(k, seed, 3, style);
             }
+            check_case(k, 6, long, 0);
         }
     }
 

@@ -607,7 +607,12 @@ fn check_stored(k: &TypeKernels, n: usize, w: &[u8], cols: &[Vec<u8>], seed: u64
     let prow = p.act_row_bytes(n);
     let prepared = prepared_rows(&p, n, cols);
     let mut single = vec![f32::NAN; 32];
-    (s.single)(n, &stored, &prepared[..prow], &mut single);
+    let single_act = if s.single_reads_quantized {
+        &cols[0][..]
+    } else {
+        &prepared[..prow]
+    };
+    (s.single)(n, &stored, single_act, &mut single);
     let mut wide = vec![f32::NAN; 16 * 8];
     (s.wide)(n, &stored[pb..], &prepared, &mut wide);
     let mut narrow = vec![f32::NAN; 16 * 4];
