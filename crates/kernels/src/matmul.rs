@@ -386,21 +386,30 @@ impl<const N: usize> RowTasks<N> {
     }
 }
 
-/// Tasks per thread of a single-token call ([`TaperedTasks`]).
+/// Tasks per thread of a single-token call ([`TaperedTasks`]), at least.
 const TAPERED_TASKS: usize = 10;
+/// A single-token call's last tasks stay within about this many units:
+/// shares of more than `TAPERED_TASKS² ·` this many units get more tasks.
+const LAST_TASK_UNITS: usize = 4;
 
 /// The tasks of a single-token call: the rows of all its matrices, as if
 /// one after the other, in whole `unit`-row steps, an even share per thread,
-/// each share cut into [`TAPERED_TASKS`] tasks that shrink toward its end
-/// (the first about a fifth of it, the last a step or two). A thread still
-/// streams its share as one run, and a thread that finishes first takes
-/// the other's small last tasks, so the threads end within about one small
-/// task of each other: with even tasks the last one in flight (an eighth
-/// of a share) had left one thread idle 1.5-2.8 µs per large matmul.
+/// each share cut into `K` tasks that shrink toward its end (the first
+/// about 2/K of it, the last about 1/K² of it: `K` is [`TAPERED_TASKS`], or
+/// more where that would leave last tasks of more than
+/// [`LAST_TASK_UNITS`]). A thread still streams its share as one run, and a
+/// thread that finishes first takes the other's small last tasks, so the
+/// threads end within about one small task of each other: with even tasks
+/// the last one in flight (an eighth of a share) had left one thread idle
+/// 1.5-2.8 µs per large matmul, and with ten tasks for Gemma 3's LM head
+/// (8192 panels a thread) the last ones, 82 panels each, left it idle about
+/// 40 µs a token.
 struct TaperedTasks<const N: usize> {
     unit: usize,
     units: usize,
     threads: usize,
+    /// `K`: tasks per thread.
+    per_thread: usize,
     rows: [usize; N],
 }
 
@@ -408,28 +417,34 @@ impl<const N: usize> TaperedTasks<N> {
     fn new(wms: &[&Weights<'_>; N], unit: usize, threads: usize) -> Self {
         let rows = wms.map(|w| w.rows);
         let total: usize = rows.iter().sum();
+        let (units, threads) = (total.div_ceil(unit), threads.max(1));
+        // The last task is about share / K² units.
+        let share = units.div_ceil(threads);
+        let per_thread = TAPERED_TASKS.max(share.div_ceil(LAST_TASK_UNITS).isqrt() + 1);
         Self {
             unit,
-            units: total.div_ceil(unit),
-            threads: threads.max(1),
+            units,
+            threads,
+            per_thread,
             rows,
         }
     }
     fn count(&self) -> usize {
-        self.threads * TAPERED_TASKS
+        self.threads * self.per_thread
     }
     /// Calls `f(matrix, r0, r1)` for each matrix's rows in task `task` (none
     /// for an empty task; several where it spans the end of a matrix).
     fn for_each(&self, task: usize, mut f: impl FnMut(usize, usize, usize)) {
-        let (j, k) = (task / TAPERED_TASKS, task % TAPERED_TASKS);
+        let k_tasks = self.per_thread;
+        let (j, k) = (task / k_tasks, task % k_tasks);
         let start = j * self.units / self.threads;
         let share = (j + 1) * self.units / self.threads - start;
         // Boundary `i` of the share: share · (1 − (1 − i/K)²), rounded down
         // (so the last task is not empty), so task sizes fall linearly from
-        // about 2/K of the share to a unit.
+        // about 2/K of the share to a unit or a few.
         let edge = |i: usize| {
-            let left = TAPERED_TASKS - i;
-            share - (share * left * left).div_ceil(TAPERED_TASKS * TAPERED_TASKS)
+            let left = k_tasks - i;
+            share - (share * left * left).div_ceil(k_tasks * k_tasks)
         };
         let (mut g0, g1) = (
             (start + edge(k)) * self.unit,
@@ -1003,11 +1018,12 @@ mod tests {
             cols: 32,
             layout: Layout::Rows,
         };
-        // Task sizes in rows, after checking the tasks' rows.
-        let sizes = |rows: [usize; 3], unit: usize, threads: usize| -> Vec<usize> {
+        // Task sizes in rows, by thread, after checking the tasks' rows.
+        let sizes = |rows: [usize; 3], unit: usize, threads: usize| -> Vec<Vec<usize>> {
             let wms = rows.map(weights);
             let tasks = TaperedTasks::new(&[&wms[0], &wms[1], &wms[2]], unit, threads);
-            assert_eq!(tasks.count(), threads * TAPERED_TASKS);
+            assert_eq!(tasks.count(), threads * tasks.per_thread);
+            assert!(tasks.per_thread >= TAPERED_TASKS);
             let mut seen = rows.map(|r| vec![0u32; r]);
             let sizes = (0..tasks.count())
                 .map(|task| {
@@ -1024,7 +1040,11 @@ mod tests {
                 })
                 .collect();
             assert!(seen.iter().flatten().all(|&c| c == 1), "{rows:?}");
+            let sizes: Vec<usize> = sizes;
             sizes
+                .chunks(tasks.per_thread)
+                .map(<[usize]>::to_vec)
+                .collect()
         };
         for (rows, unit, threads) in [
             ([576, 192, 192], 8, 2),
@@ -1034,21 +1054,30 @@ mod tests {
             ([7, 0, 0], 8, 4),
             ([0, 16, 0], 16, 2),
             ([0, 0, 0], 8, 2),
+            ([262_144, 0, 0], 16, 2),
         ] {
-            for share in sizes(rows, unit, threads).chunks(TAPERED_TASKS) {
+            for share in sizes(rows, unit, threads) {
                 assert!(
                     share.windows(2).all(|w| w[0] + unit >= w[1]),
                     "{rows:?}: {share:?}"
                 );
+                // The last tasks are small, however large the share.
+                let last = share.iter().rev().find(|&&s| s > 0).copied().unwrap_or(0);
+                assert!(last <= LAST_TASK_UNITS * unit, "{rows:?}: {share:?}");
             }
         }
         // SmolLM2's gate and up: the first task about a fifth of a thread's
         // 96 panels, the last one panel.
-        let panels: Vec<usize> = sizes([1536, 1536, 0], PANEL_ROWS, 2)[..TAPERED_TASKS]
+        let panels: Vec<usize> = sizes([1536, 1536, 0], PANEL_ROWS, 2)[0]
             .iter()
             .map(|r| r / PANEL_ROWS)
             .collect();
         assert_eq!(panels, [18, 16, 14, 13, 11, 8, 7, 5, 3, 1]);
+        // Gemma 3's LM head: 8192 panels a thread in 46 tasks, the first 352
+        // panels, the last 4.
+        let head = &sizes([262_144, 0, 0], PANEL_ROWS, 2)[0];
+        assert_eq!(head.len(), 46);
+        assert_eq!((head[0] / PANEL_ROWS, head[45] / PANEL_ROWS), (352, 4));
     }
 
     /// Panel tasks are whole panels, shared evenly where a size allows.
