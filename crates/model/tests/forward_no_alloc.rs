@@ -20,6 +20,16 @@ use lamina_model::{KvCache, KvType, Model, Workspace};
 #[global_allocator]
 static A: CountingAlloc = CountingAlloc;
 
+/// The count is of every thread's allocations, and the test harness runs
+/// this file's tests on parallel threads: each holds this lock throughout,
+/// so one test's setup (loading a model) never lands in the other's
+/// measured window (it once did, under load: a spurious failure).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// `n` sequences of the given lengths packed into one batch.
 fn batch(lens: &[usize]) -> (Vec<u32>, Vec<Range<usize>>) {
     let mut tokens = Vec::new();
@@ -36,6 +46,7 @@ fn batch(lens: &[usize]) -> (Vec<u32>, Vec<Range<usize>>) {
 
 #[test]
 fn forward_sequences_does_not_allocate_once_sized() {
+    let _serial = one_at_a_time();
     let Some(path) = common::embedding_model() else {
         return;
     };
@@ -85,6 +96,7 @@ fn forward_sequences_does_not_allocate_once_sized() {
 /// token's forward allocates nothing, on one thread or several.
 #[test]
 fn decoding_a_token_does_not_allocate() {
+    let _serial = one_at_a_time();
     let name = "SmolLM2-135M-Instruct-Q8_0.gguf";
     let path = lamina_gguf::models_dir().join(name);
     if !path.is_file() {
