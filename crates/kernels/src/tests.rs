@@ -37,7 +37,7 @@ mod avx512_native {
 mod miri_avx512 {
     use super::*;
     use crate::GgmlType;
-    use crate::testutil::{check_case, check_dot_only, entry, runs_here};
+    use crate::testutil::{check_case, check_dot_only, check_stored_single, entry, runs_here};
 
     fn run(ty: GgmlType) {
         if !runs_here(Isa::Avx512Vnni) {
@@ -62,9 +62,7 @@ mod miri_avx512 {
                 check_dot_only(k, seed, 3, style);
             }
             check_dot_only(k, 5, 1, 0);
-            if ty == GgmlType::Q6_K {
-                check_dot_only(k, 6, long, 0);
-            }
+            check_stored_single(k, 6, long);
         } else {
             for (seed, style) in [(1, 0), (2, 4), (3, 13)] {
                 check_case(k, seed, 3, style);

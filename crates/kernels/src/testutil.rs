@@ -440,6 +440,41 @@ pub fn check_dot_only(k: &TypeKernels, seed: u64, nblocks: usize, style: u64) {
     check_stored(k, n, &w, &cols, seed, style % 5);
 }
 
+/// One stored panel of rows of `nblocks` blocks through the one-token
+/// stored kernel, against the row kernel bit for bit: the long rows that
+/// [`check_case`] covers natively (Q6_K's kernel takes rows past 16
+/// super-blocks in chunks), at a cost Miri can afford.
+pub fn check_stored_single(k: &TypeKernels, seed: u64, nblocks: usize) {
+    let (Some(s), Some(p)) = (k.stored, k.panel) else {
+        return;
+    };
+    let ty = k.weight;
+    let mut rng = Rng(seed);
+    let n = nblocks * ty.block_size();
+    let rows: Vec<Vec<u8>> = (0..16).map(|_| weight_row(&mut rng, ty, n, 0)).collect();
+    let flat = rows.concat();
+    let mut stored = vec![0xAAu8; flat.len()];
+    (s.store)(n, &flat, &mut stored);
+    let mut act = vec![0u8; k.activation_row_bytes(n)];
+    (k.quantize_activation)(&activations(&mut rng, n, 0), &mut act);
+    let input = if s.single_reads_quantized {
+        act.clone()
+    } else {
+        prepared_rows(&p, n, std::slice::from_ref(&act))
+    };
+    let mut single = vec![f32::NAN; 16];
+    (s.single)(n, &stored, &input, &mut single);
+    for r in [0, 9, 15] {
+        let want = (k.vec_dot)(n, &rows[r], &act);
+        assert!(
+            single[r].to_bits() == want.to_bits(),
+            "{} {ty}: stored panel row {r}, {nblocks} blocks, one token: {} vs row kernel {want} (seed {seed})",
+            k.isa,
+            single[r]
+        );
+    }
+}
+
 /// A panel's one-pass quantize-and-prepare (where it has one) against its
 /// two passes, byte for byte.
 fn check_quantize_prepared(
