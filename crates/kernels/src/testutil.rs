@@ -400,6 +400,32 @@ fn check_tiles(
     }
 }
 
+/// A valid activation row of `n` values for `k` made directly from random
+/// quants and a small scale (with Q8_K's sums), without a quantizer: under
+/// Miri, which lacks F16C, even the scalar one cannot run.
+fn random_activation_row(k: &TypeKernels, rng: &mut Rng, n: usize) -> Vec<u8> {
+    let mut a = vec![0u8; k.activation_row_bytes(n)];
+    let asz = k.activation.type_size();
+    for b in a.chunks_exact_mut(asz) {
+        for q in b.iter_mut() {
+            *q = (rng.below(255) as i32 - 127) as i8 as u8;
+        }
+        if k.activation == GgmlType::Q8_K {
+            b[..4].copy_from_slice(&(rng.unit() * 0.01).to_le_bytes());
+            for g in 0..16 {
+                let s: i32 = b[4 + 16 * g..20 + 16 * g]
+                    .iter()
+                    .map(|&v| v as i8 as i32)
+                    .sum();
+                b[260 + 2 * g..262 + 2 * g].copy_from_slice(&(s as i16).to_le_bytes());
+            }
+        } else {
+            b[..2].copy_from_slice(&f16::from_f32_const(rng.unit() * 0.01).to_le_bytes());
+        }
+    }
+    a
+}
+
 /// Dot products only, on activation blocks built directly from random bytes
 /// (no quantizer, no hardware f16 conversion: both are beyond Miri).
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
@@ -410,28 +436,7 @@ pub fn check_dot_only(k: &TypeKernels, seed: u64, nblocks: usize, style: u64) {
     let n = nblocks * ty.block_size();
     let w = weight_row(&mut rng, ty, n, style % 5);
     let cols: Vec<Vec<u8>> = (0..8)
-        .map(|_| {
-            let mut a = vec![0u8; k.activation_row_bytes(n)];
-            let asz = k.activation.type_size();
-            for b in a.chunks_exact_mut(asz) {
-                for q in b.iter_mut() {
-                    *q = (rng.below(255) as i32 - 127) as i8 as u8;
-                }
-                if k.activation == GgmlType::Q8_K {
-                    b[..4].copy_from_slice(&(rng.unit() * 0.01).to_le_bytes());
-                    for g in 0..16 {
-                        let s: i32 = b[4 + 16 * g..20 + 16 * g]
-                            .iter()
-                            .map(|&v| v as i8 as i32)
-                            .sum();
-                        b[260 + 2 * g..262 + 2 * g].copy_from_slice(&(s as i16).to_le_bytes());
-                    }
-                } else {
-                    b[..2].copy_from_slice(&f16::from_f32_const(rng.unit() * 0.01).to_le_bytes());
-                }
-            }
-            a
-        })
+        .map(|_| random_activation_row(k, &mut rng, n))
         .collect();
     let row = check_rows(k, r, n, &w, &cols, seed);
     // The SIMD tiles and x4 kernels keep their row kernel's arithmetic exactly.
@@ -455,8 +460,7 @@ pub fn check_stored_single(k: &TypeKernels, seed: u64, nblocks: usize) {
     let flat = rows.concat();
     let mut stored = vec![0xAAu8; flat.len()];
     (s.store)(n, &flat, &mut stored);
-    let mut act = vec![0u8; k.activation_row_bytes(n)];
-    (k.quantize_activation)(&activations(&mut rng, n, 0), &mut act);
+    let act = random_activation_row(k, &mut rng, n);
     let input = if s.single_reads_quantized {
         act.clone()
     } else {
