@@ -307,7 +307,10 @@ pub fn unpack_q4_k(cols: usize, rows: &[u8], out: &mut [u8]) {
 pub fn prepare_q4_k(cols: usize, act: &[u8], out: &mut [u8]) {
     let nb = row_blocks(GgmlType::Q8_K, cols, act);
     assert_eq!(out.len(), nb * Q4_K_ACT, "prepared Q8_K row size");
-    for (b, dst) in act.chunks_exact(292).zip(out.chunks_exact_mut(Q4_K_ACT)) {
+    for (b, dst) in act
+        .chunks_exact(Q8_K_BYTES)
+        .zip(out.chunks_exact_mut(Q4_K_ACT))
+    {
         dst[..260].copy_from_slice(&b[..260]);
         for s in 0..8 {
             let bsum = |i: usize| i16::from_le_bytes([b[260 + 2 * i], b[261 + 2 * i]]);
@@ -381,7 +384,10 @@ pub fn unpack_q6_k(cols: usize, rows: &[u8], out: &mut [u8]) {
 pub fn prepare_q6_k(cols: usize, act: &[u8], out: &mut [u8]) {
     let nb = row_blocks(GgmlType::Q8_K, cols, act);
     assert_eq!(out.len(), nb * Q6_K_ACT, "prepared Q8_K row size");
-    for (b, dst) in act.chunks_exact(292).zip(out.chunks_exact_mut(Q6_K_ACT)) {
+    for (b, dst) in act
+        .chunks_exact(Q8_K_BYTES)
+        .zip(out.chunks_exact_mut(Q6_K_ACT))
+    {
         dst[..4].copy_from_slice(&b[..4]);
         for (d, &q) in dst[4..].iter_mut().zip(&b[4..260]) {
             *d = q ^ 0x80;

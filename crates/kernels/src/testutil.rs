@@ -403,6 +403,7 @@ fn check_tiles(
 /// A valid activation row of `n` values for `k` made directly from random
 /// quants and a small scale (with Q8_K's sums), without a quantizer: under
 /// Miri, which lacks F16C, even the scalar one cannot run.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn random_activation_row(k: &TypeKernels, rng: &mut Rng, n: usize) -> Vec<u8> {
     let mut a = vec![0u8; k.activation_row_bytes(n)];
     let asz = k.activation.type_size();
@@ -449,6 +450,7 @@ pub fn check_dot_only(k: &TypeKernels, seed: u64, nblocks: usize, style: u64) {
 /// stored kernel, against the row kernel bit for bit: the long rows that
 /// [`check_case`] covers natively (Q6_K's kernel takes rows past 16
 /// super-blocks in chunks), at a cost Miri can afford.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub fn check_stored_single(k: &TypeKernels, seed: u64, nblocks: usize) {
     let (Some(s), Some(p)) = (k.stored, k.panel) else {
         return;

@@ -907,13 +907,13 @@ const SHAPE_Q6_K: StoredShape = StoredShape {
 };
 
 /// A one-token stored kernel: (blocks per row, panels, panel count,
-/// prepared row, outputs).
+/// activation row, outputs).
 type StoredSingleKernel = unsafe fn(usize, *const u8, usize, *const u8, *mut f32);
 /// A stored-panel unpacker: (blocks per row, stored panel, panel out).
 type UnpackStoredKernel = unsafe fn(usize, *const u8, *mut u8);
 
 /// Checks a one-token call over stored panels of `shape` (whole blocks,
-/// whole panels, the prepared row's and the output's sizes), then runs
+/// whole panels, the activation row's and the output's sizes), then runs
 /// `kernel` on it.
 fn stored_single_call(
     shape: &StoredShape,
@@ -936,10 +936,10 @@ fn stored_single_call(
         panels.len()
     );
     let n = panels.len() / pbytes;
-    assert_eq!(act.len(), nb * shape.act_block, "prepared {ty} row size");
+    assert_eq!(act.len(), nb * shape.act_block, "{ty} activation row size");
     assert_eq!(out.len(), 16 * n, "stored panel output size");
-    // SAFETY: `n` whole panels of `nb` stored blocks, a prepared row of `nb`
-    // blocks and `16·n` outputs (checked above), as every kernel passed here
+    // SAFETY: `n` whole panels of `nb` stored blocks, an activation row of
+    // `nb` blocks and `16·n` outputs (checked above), as every kernel passed here
     // reads and writes; reachable only through the AVX512 table, handed out
     // after AVX-512 F/BW/VL + VNNI were detected.
     unsafe { kernel(nb, panels.as_ptr(), n, act.as_ptr(), out.as_mut_ptr()) }
