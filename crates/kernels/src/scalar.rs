@@ -57,6 +57,7 @@ pub(crate) fn row_blocks(ty: GgmlType, n: usize, bytes: &[u8]) -> usize {
 ///
 /// # Panics
 /// As [`row_blocks`], for the activation row or any weight row.
+#[cfg(target_arch = "x86_64")]
 #[inline]
 #[track_caller]
 pub(crate) fn rows8_blocks(
