@@ -203,6 +203,7 @@ impl Model {
             let tied = output
                 .as_ref()
                 .is_some_and(|o| (o.source, o.start) == (tok_embd.source, tok_embd.start));
+            // In the order a forward pass reads them (see `store_panels`).
             let mut all: Vec<&mut Linear> = layers
                 .iter_mut()
                 .flat_map(|l: &mut Layer| l.matrices_mut())
