@@ -29,6 +29,7 @@ pub mod ops;
 pub mod pack;
 pub mod panel;
 pub mod pool;
+pub mod prefetch;
 pub mod probe;
 pub mod scalar;
 pub mod spin;
@@ -61,6 +62,11 @@ pub enum KernelError {
         missing: &'static str,
         best: &'static str,
     },
+    /// `LAMINA_PREFETCH` was not a byte count in range.
+    #[error(
+        "LAMINA_PREFETCH={0:?} is not a prefetch distance: give bytes from 0 (no software prefetch) to 1048576"
+    )]
+    BadPrefetch(String),
     /// A weight type without dot-product kernels.
     #[error("no dot-product kernel for weight type {0}")]
     UnsupportedType(GgmlType),

@@ -210,8 +210,10 @@ fn table(isa: Isa) -> &'static [TypeKernels] {
     }
 }
 
-/// The kernels of weight type `ty` on the selected ISA.
+/// The kernels of weight type `ty` on the selected ISA (refused, like a
+/// bad `LAMINA_ISA`, where `LAMINA_PREFETCH` is bad).
 pub fn kernels(ty: GgmlType) -> Result<&'static TypeKernels, KernelError> {
+    crate::prefetch::selected()?;
     kernels_for(ty, Isa::selected()?)
 }
 

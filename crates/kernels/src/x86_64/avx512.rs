@@ -12,6 +12,7 @@ use super::avx2::{
     prefetch_rows8, q4_0_unsigned, q4_k_tile, q5_0_unsigned, q6_k_tile, q8_0_unsigned,
 };
 use crate::GgmlType;
+use crate::prefetch::stream_ahead;
 use crate::scalar::{k4_scales_mins, row_blocks, rows8_blocks};
 use core::arch::x86_64::*;
 use half::f16;
@@ -737,10 +738,10 @@ unsafe fn legacy_panel<const T: usize, const FORM: u8>(
 }
 
 /// `n` stored legacy panels of `nb` blocks against one prepared row, each
-/// panel as [`legacy_panel`] for one token. No software prefetch: a task's
-/// panels are one linear stream, which the hardware's prefetchers follow
-/// better alone. On the Zen 4 host, SmolLM2's single-token matmuls back to
-/// back streamed 36-39 GB/s without it against 32-35 with prefetches 8 KiB
+/// panel as [`legacy_panel`] for one token, each block's bytes prefetched
+/// `ahead` bytes further on ([`crate::prefetch`]; 0: none). Without
+/// software prefetch, on the Zen 4 host, SmolLM2's single-token matmuls
+/// back to back streamed 36-39 GB/s against 32-35 with prefetches 8 KiB
 /// ahead where the probe read 34-37 (vCPUs close), and 53-59 against 39-42
 /// where it read 61-63 (far apart); 1 to 32 KiB ahead were all slower.
 #[inline(always)]
@@ -750,6 +751,7 @@ unsafe fn stored_single<const FORM: u8>(
     n: usize,
     act: *const u8,
     out: *mut f32,
+    ahead: usize,
 ) {
     use crate::panel::LEGACY_ACT;
     let block = legacy_block_bytes(FORM);
@@ -762,6 +764,7 @@ unsafe fn stored_single<const FORM: u8>(
             let (mut even, mut odd) = ([_mm512_setzero_ps()], [_mm512_setzero_ps()]);
             for i in 0..nb {
                 let wb = panel.add(i * block);
+                stream_ahead(wb, ahead, block);
                 let acc = if i % 2 == 0 { &mut even } else { &mut odd };
                 legacy_panel_step::<1, FORM>(wb, [act.add(i * LEGACY_ACT)], acc);
             }
@@ -777,9 +780,10 @@ unsafe fn k_stored_single_q8_0(
     n: usize,
     act: *const u8,
     out: *mut f32,
+    ahead: usize,
 ) {
     // SAFETY: forwarded from the wrapper's checks.
-    unsafe { stored_single::<STORED_Q8_0>(nb, panels, n, act, out) }
+    unsafe { stored_single::<STORED_Q8_0>(nb, panels, n, act, out, ahead) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -789,9 +793,10 @@ unsafe fn k_stored_single_q5_0(
     n: usize,
     act: *const u8,
     out: *mut f32,
+    ahead: usize,
 ) {
     // SAFETY: forwarded from the wrapper's checks.
-    unsafe { stored_single::<STORED_Q5_0>(nb, panels, n, act, out) }
+    unsafe { stored_single::<STORED_Q5_0>(nb, panels, n, act, out, ahead) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -818,6 +823,7 @@ unsafe fn k_stored_single_q4_k(
     n: usize,
     act: *const u8,
     out: *mut f32,
+    ahead: usize,
 ) {
     use crate::panel::STORED_Q4_K_BLOCK;
     // SAFETY: `n` panels of `nb` stored super-blocks, a prepared row and `16·n`
@@ -825,7 +831,7 @@ unsafe fn k_stored_single_q4_k(
     unsafe {
         for p in 0..n {
             let panel = panels.add(p * nb * STORED_Q4_K_BLOCK);
-            q4_k_panel::<1, true>(nb, panel, act, 0, out.add(16 * p));
+            q4_k_panel_ahead::<1, true>(nb, panel, act, 0, out.add(16 * p), ahead);
         }
     }
 }
@@ -907,8 +913,8 @@ const SHAPE_Q6_K: StoredShape = StoredShape {
 };
 
 /// A one-token stored kernel: (blocks per row, panels, panel count,
-/// activation row, outputs).
-type StoredSingleKernel = unsafe fn(usize, *const u8, usize, *const u8, *mut f32);
+/// activation row, outputs, prefetch distance).
+type StoredSingleKernel = unsafe fn(usize, *const u8, usize, *const u8, *mut f32, usize);
 /// A stored-panel unpacker: (blocks per row, stored panel, panel out).
 type UnpackStoredKernel = unsafe fn(usize, *const u8, *mut u8);
 
@@ -942,7 +948,16 @@ fn stored_single_call(
     // `nb` blocks and `16·n` outputs (checked above), as every kernel passed here
     // reads and writes; reachable only through the AVX512 table, handed out
     // after AVX-512 F/BW/VL + VNNI were detected.
-    unsafe { kernel(nb, panels.as_ptr(), n, act.as_ptr(), out.as_mut_ptr()) }
+    unsafe {
+        kernel(
+            nb,
+            panels.as_ptr(),
+            n,
+            act.as_ptr(),
+            out.as_mut_ptr(),
+            crate::prefetch::ahead(),
+        )
+    }
 }
 
 /// Checks an unpacking call of one stored panel of `shape` (whole blocks,
@@ -1025,6 +1040,21 @@ unsafe fn q4_k_panel<const T: usize, const STORED: bool>(
     arow: usize,
     out: *mut f32,
 ) {
+    // SAFETY: the same contract.
+    unsafe { q4_k_panel_ahead::<T, STORED>(nb, panel, acts, arow, out, 0) }
+}
+
+/// [`q4_k_panel`], each sub-block's bytes prefetched `ahead` bytes further
+/// on ([`crate::prefetch`]; 0: none).
+#[inline(always)]
+unsafe fn q4_k_panel_ahead<const T: usize, const STORED: bool>(
+    nb: usize,
+    panel: *const u8,
+    acts: *const u8,
+    arow: usize,
+    out: *mut f32,
+    ahead: usize,
+) {
     // SAFETY: as for [`legacy_panel`], with Q4_K panel (or stored) and
     // prepared blocks.
     unsafe {
@@ -1049,6 +1079,7 @@ unsafe fn q4_k_panel<const T: usize, const STORED: bool>(
             };
             let mut s = [_mm512_setzero_si512(); T];
             for sb in 0..8 {
+                stream_ahead(p.add(block / 8 * sb), ahead, block / 8);
                 let mut w = [_mm512_setzero_si512(); 8];
                 for (k, w) in w.iter_mut().enumerate() {
                     *w = if !STORED {
@@ -1367,6 +1398,7 @@ unsafe fn k_stored_single_q6_k(
     n: usize,
     act: *const u8,
     out: *mut f32,
+    ahead: usize,
 ) {
     use crate::panel::{Q8_K_BYTES, STORED_Q6_K_BLOCK};
     // SAFETY: `n` panels of `nb` stored super-blocks, `nb` Q8_K blocks and
@@ -1397,6 +1429,9 @@ unsafe fn k_stored_single_q6_k(
                         // Sub-block 8h + j's Σ q·a.
                         let mut a = [_mm512_setzero_si512(); 8];
                         for k8 in 0..8 {
+                            // A sixteenth of the block, `ahead` further on.
+                            let part = STORED_Q6_K_BLOCK / 16;
+                            stream_ahead(p.add(part * (8 * h + k8)), ahead, part);
                             for (g, w) in q6_k_quants(p, h, k8).into_iter().enumerate() {
                                 // Values 128h + 32g + 4·k8..: quants 4 + that.
                                 let x = bcast(y.add(4 + 128 * h + 32 * g + 4 * k8));

@@ -1,0 +1,129 @@
+//! How far ahead of their weight stream the one-token kernels over stored
+//! panels prefetch, chosen once per process: decoding reads every weight
+//! once a token, so it runs at the speed the stream reaches memory.
+//!
+//! On the Zen 4 host the hardware's prefetchers kept that stream at memory
+//! speed alone: software prefetches 1 to 32 KiB ahead all measured slower.
+//! On the Sapphire Rapids host they did not: the kernels' work between
+//! loads left a thread's stream at 50-70 % of a plain read's speed (Gemma 3
+//! Q4_K_M's attention output and FFN down projections at 18 GB/s where a
+//! read of 1 GiB took 35), and `prefetcht1` 3 KiB ahead of each block
+//! raised decoding 24-28 % (see [`INTEL_AHEAD`]). So Intel CPUs prefetch
+//! [`INTEL_AHEAD`] bytes ahead by default and others not at all;
+//! `LAMINA_PREFETCH` (bytes, `0` for none) overrides that for tuning on a
+//! new machine. A prefetch never changes a result, only its speed.
+
+use crate::KernelError;
+use std::sync::OnceLock;
+
+/// The default distance on Intel CPUs. Sapphire Rapids VM, 2 threads, tg
+/// harness with distances alternated in one process (median tokens/s):
+/// Gemma 3 Q4_K_M none 98-101, `prefetcht0` 1 KiB 116-120, 2 KiB 120-124,
+/// 4 KiB 107-113; `prefetcht1` 2.5 KiB 124, **3 KiB 126**, 4 KiB 118;
+/// SmolLM2 Q8_0 none 196-202, `prefetcht1` 2.5 KiB 249, **3 KiB 257**, 4 KiB
+/// 258. The two models' best distances overlap at 3 KiB.
+pub const INTEL_AHEAD: usize = 3072;
+
+/// The largest distance `LAMINA_PREFETCH` takes (1 MiB: far past any use).
+pub const MAX_AHEAD: usize = 1 << 20;
+
+/// The distance a `LAMINA_PREFETCH` value asks for (`None` or empty: this
+/// CPU's default).
+pub fn resolve(value: Option<&str>) -> Result<usize, KernelError> {
+    match value.map(str::trim).filter(|s| !s.is_empty()) {
+        None => Ok(default_ahead()),
+        Some(v) => v
+            .parse::<usize>()
+            .ok()
+            .filter(|&b| b <= MAX_AHEAD)
+            .ok_or_else(|| KernelError::BadPrefetch(v.to_string())),
+    }
+}
+
+/// The distance in use for this process: `LAMINA_PREFETCH` read and
+/// checked once (the kernel tables report a bad value).
+pub fn selected() -> Result<usize, KernelError> {
+    static SELECTED: OnceLock<Result<usize, KernelError>> = OnceLock::new();
+    SELECTED
+        .get_or_init(|| resolve(std::env::var("LAMINA_PREFETCH").ok().as_deref()))
+        .clone()
+}
+
+/// [`selected`] for the kernels: no prefetch where it was refused (every
+/// table lookup has reported that already).
+#[inline]
+pub(crate) fn ahead() -> usize {
+    selected().unwrap_or(0)
+}
+
+/// [`INTEL_AHEAD`] on Intel CPUs, else 0. Under Miri (no `cpuid`) the
+/// Intel distance, so that the prefetching path is interpreted too.
+fn default_ahead() -> usize {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    {
+        let id = std::arch::x86_64::__cpuid(0);
+        let vendor = [id.ebx, id.edx, id.ecx].map(u32::to_le_bytes).concat();
+        if vendor == *b"GenuineIntel" {
+            INTEL_AHEAD
+        } else {
+            0
+        }
+    }
+    #[cfg(all(target_arch = "x86_64", miri))]
+    {
+        INTEL_AHEAD
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        0
+    }
+}
+
+/// Hints the lines of `bytes` bytes starting `ahead` bytes past `p` into
+/// L2 (`prefetcht1`); nothing where `ahead` is 0 or off x86-64.
+#[inline(always)]
+pub(crate) fn stream_ahead(p: *const u8, ahead: usize, bytes: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if ahead > 0 {
+        use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
+        let start = p.wrapping_add(ahead);
+        // From the line holding the first byte to the one holding the last.
+        let first = start.wrapping_sub(start as usize % 64);
+        let end = start.wrapping_add(bytes);
+        let mut line = first;
+        while line < end {
+            // SAFETY: a prefetch is a hint that never faults, whatever the
+            // address; SSE is part of x86-64.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(line.cast()) };
+            line = line.wrapping_add(64);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (p, ahead, bytes);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn distances_parse_and_bad_ones_are_refused() {
+        assert_eq!(resolve(Some("0")), Ok(0));
+        assert_eq!(resolve(Some(" 4096 ")), Ok(4096));
+        assert_eq!(resolve(None), Ok(default_ahead()));
+        assert_eq!(resolve(Some("")), Ok(default_ahead()));
+        for bad in ["-1", "4k", "2097152"] {
+            let e = resolve(Some(bad)).unwrap_err();
+            assert!(e.to_string().contains("LAMINA_PREFETCH"), "{e}");
+        }
+    }
+
+    #[test]
+    fn streaming_ahead_touches_nothing() {
+        let buf = [7u8; 256];
+        // Past the end, unaligned, and off: hints only.
+        stream_ahead(buf.as_ptr().wrapping_add(3), 4096, 200);
+        stream_ahead(buf.as_ptr(), 0, 200);
+        assert!(buf.iter().all(|&b| b == 7));
+    }
+}
