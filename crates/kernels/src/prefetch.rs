@@ -52,6 +52,7 @@ pub fn selected() -> Result<usize, KernelError> {
 /// [`selected`] for the kernels: no prefetch where it was refused (every
 /// table lookup has reported that already).
 #[inline]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) fn ahead() -> usize {
     selected().unwrap_or(0)
 }
@@ -80,8 +81,10 @@ fn default_ahead() -> usize {
 }
 
 /// Hints the lines of `bytes` bytes starting `ahead` bytes past `p` into
-/// L2 (`prefetcht1`); nothing where `ahead` is 0 or off x86-64.
+/// L2 (`prefetcht1`); nothing where `ahead` is 0 or off x86-64 (where no
+/// kernel calls it yet).
 #[inline(always)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) fn stream_ahead(p: *const u8, ahead: usize, bytes: usize) {
     #[cfg(target_arch = "x86_64")]
     if ahead > 0 {
