@@ -120,10 +120,15 @@ impl Args {
 /// The `LAMINA_*` variables that change how lamina runs (thread pool, ISA,
 /// stored panels, software prefetch).
 fn lamina_env() -> serde_json::Map<String, Value> {
-    ["LAMINA_POOL", "LAMINA_ISA", "LAMINA_PANELS", "LAMINA_PREFETCH"]
-        .iter()
-        .filter_map(|k| Some((k.to_string(), json!(std::env::var(k).ok()?))))
-        .collect()
+    [
+        "LAMINA_POOL",
+        "LAMINA_ISA",
+        "LAMINA_PANELS",
+        "LAMINA_PREFETCH",
+    ]
+    .iter()
+    .filter_map(|k| Some((k.to_string(), json!(std::env::var(k).ok()?))))
+    .collect()
 }
 
 /// The 1-minute load average.

@@ -74,7 +74,12 @@ macro_rules! table {
                 Some(neon::quantize_q8_0),
                 Some((neon::$m::vec_dot_q5_0, Some(neon::$m::vec_dot_x4_q5_0))),
             ),
-            with(scalar(T::Q5_1), $isa, Some(neon::quantize_q8_1), None),
+            with(
+                scalar(T::Q5_1),
+                $isa,
+                Some(neon::quantize_q8_1),
+                Some((neon::$m::vec_dot_q5_1, Some(neon::$m::vec_dot_x4_q5_1))),
+            ),
             with(
                 scalar(T::Q8_0),
                 $isa,

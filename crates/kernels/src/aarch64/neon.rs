@@ -102,24 +102,42 @@ unsafe fn q4_1_quants(x: *const u8) -> (int8x16_t, int8x16_t) {
         (vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi))
     }
 }
+/// A 5-bit block's 32 quants, unsigned 0..31, as two halves (values
+/// 0..15, 16..31): `qh` (bit `j` is value `j`'s fifth bit) and 16 nibble bytes.
 #[inline(always)]
-unsafe fn q5_0_quants(x: *const u8) -> (int8x16_t, int8x16_t) {
-    // SAFETY: a Q5_0 block has qh at offset 2 and 16 nibble bytes at 6.
+unsafe fn five_bit_quants(qh: *const u8, qs: *const u8) -> (uint8x16_t, uint8x16_t) {
+    // SAFETY: the caller passes 4 readable bytes at `qh` and 16 at `qs`.
     unsafe {
-        let qh = x.add(2);
         let bits = vld1q_u8([1u8, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128].as_ptr());
         let spread = |a: u8, b: u8| {
             let t = vtstq_u8(vcombine_u8(vdup_n_u8(a), vdup_n_u8(b)), bits);
             vandq_u8(t, vdupq_n_u8(0x10))
         };
-        let (lo, hi) = nibbles(x.add(6));
+        let (lo, hi) = nibbles(qs);
+        (
+            vorrq_u8(lo, spread(*qh, *qh.add(1))),
+            vorrq_u8(hi, spread(*qh.add(2), *qh.add(3))),
+        )
+    }
+}
+#[inline(always)]
+unsafe fn q5_0_quants(x: *const u8) -> (int8x16_t, int8x16_t) {
+    // SAFETY: a Q5_0 block has qh at offset 2 and 16 nibble bytes at 6.
+    unsafe {
+        let (lo, hi) = five_bit_quants(x.add(2), x.add(6));
         let m16 = vdupq_n_s8(16);
-        let lo = vorrq_u8(lo, spread(*qh, *qh.add(1)));
-        let hi = vorrq_u8(hi, spread(*qh.add(2), *qh.add(3)));
         (
             vsubq_s8(vreinterpretq_s8_u8(lo), m16),
             vsubq_s8(vreinterpretq_s8_u8(hi), m16),
         )
+    }
+}
+#[inline(always)]
+unsafe fn q5_1_quants(x: *const u8) -> (int8x16_t, int8x16_t) {
+    // SAFETY: a Q5_1 block has qh at offset 4 and 16 nibble bytes at 8.
+    unsafe {
+        let (lo, hi) = five_bit_quants(x.add(4), x.add(8));
+        (vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi))
     }
 }
 
@@ -448,6 +466,7 @@ macro_rules! instantiate {
             kernel_fns!(vec_dot_q4_0, vec_dot_x4_q4_0, Q4_0, Q8_0, |nb, w, a| legacy8_0(nb, w, 18, a, q4_0_quants));
             kernel_fns!(vec_dot_q5_0, vec_dot_x4_q5_0, Q5_0, Q8_0, |nb, w, a| legacy8_0(nb, w, 22, a, q5_0_quants));
             kernel_fns!(vec_dot_q4_1, vec_dot_x4_q4_1, Q4_1, Q8_1, |nb, w, a| legacy8_1(nb, w, 20, a, q4_1_quants));
+            kernel_fns!(vec_dot_q5_1, vec_dot_x4_q5_1, Q5_1, Q8_1, |nb, w, a| legacy8_1(nb, w, 24, a, q5_1_quants));
             kernel_fns!(vec_dot_q4_k, vec_dot_x4_q4_k, Q4_K, Q8_K, |nb, w, a| k4(nb, w, a));
             kernel_fns!(vec_dot_q5_k, vec_dot_x4_q5_k, Q5_K, Q8_K, |nb, w, a| k5(nb, w, a));
             kernel_fns!(vec_dot_q6_k, vec_dot_x4_q6_k, Q6_K, Q8_K, |nb, w, a| k6(nb, w, a));

@@ -287,7 +287,13 @@ pub(crate) static AVX2: [TypeKernels; 13] = [
         ),
         avx2::quantize_prepared_q4_0,
     ),
-    with(scalar(T::Q4_1), A, Q8_1, Some(avx2::vec_dot_q4_1), None),
+    with(
+        scalar(T::Q4_1),
+        A,
+        Q8_1,
+        Some(avx2::vec_dot_q4_1),
+        Some(avx2::vec_dot_x4_q4_1),
+    ),
     fused(
         panels(
             tiles(
@@ -317,7 +323,13 @@ pub(crate) static AVX2: [TypeKernels; 13] = [
         ),
         avx2::quantize_prepared_q5_0,
     ),
-    with(scalar(T::Q5_1), A, Q8_1, None, None),
+    with(
+        scalar(T::Q5_1),
+        A,
+        Q8_1,
+        Some(avx2::vec_dot_q5_1),
+        Some(avx2::vec_dot_x4_q5_1),
+    ),
     panels(
         tiles(
             rows8(
