@@ -308,19 +308,44 @@ unsafe fn legacy_rows8(
     }
 }
 
-macro_rules! legacy_kernels {
-    ($($ty:ident, $size:expr, $quants:ident, $one:ident, $x4:ident, $rows8:ident, $k1:ident, $k4:ident,
-       $k8:ident;)*) => {$(
+/// The row and 1×4 kernels of a type over `$core` (the same per-row
+/// arithmetic for both, so a row's bits do not depend on the batch), with
+/// `$act` activations, and the checked wrappers the tables hold.
+macro_rules! row_x4_fns {
+    ($core:ident, $act:ident;
+     $ty:ident, $size:expr, $quants:ident, $one:ident, $x4:ident, $k1:ident, $k4:ident) => {
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn $k1(nb: usize, w: *const u8, a: *const u8) -> f32 {
             // SAFETY: forwarded from the caller's contract.
-            unsafe { legacy_q8_0::<1>(nb, w, $size, [a], $quants)[0] }
+            unsafe { $core::<1>(nb, w, $size, [a], $quants)[0] }
         }
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn $k4(nb: usize, w: *const u8, a: [*const u8; 4]) -> [f32; 4] {
             // SAFETY: forwarded from the caller's contract.
-            unsafe { legacy_q8_0::<4>(nb, w, $size, a, $quants) }
+            unsafe { $core::<4>(nb, w, $size, a, $quants) }
         }
+        pub(crate) fn $one(n: usize, w: &[u8], a: &[u8]) -> f32 {
+            let nb = row_blocks(GgmlType::$ty, n, w);
+            row_blocks(GgmlType::$act, n, a);
+            // SAFETY: both rows hold `nb` blocks (checked above); this function is only
+            // reachable through a table handed out after AVX2+FMA+F16C were detected.
+            unsafe { $k1(nb, w.as_ptr(), a.as_ptr()) }
+        }
+        pub(crate) fn $x4(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+            let nb = row_blocks(GgmlType::$ty, n, w);
+            for c in a {
+                row_blocks(GgmlType::$act, n, c);
+            }
+            // SAFETY: as for the row kernel; all five rows hold `nb` blocks.
+            unsafe { $k4(nb, w.as_ptr(), a.map(<[u8]>::as_ptr)) }
+        }
+    };
+}
+
+macro_rules! legacy_kernels {
+    ($($ty:ident, $size:expr, $quants:ident, $one:ident, $x4:ident, $rows8:ident, $k1:ident, $k4:ident,
+       $k8:ident;)*) => {$(
+        row_x4_fns!(legacy_q8_0, Q8_0; $ty, $size, $quants, $one, $x4, $k1, $k4);
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn $k8(nb: usize, w: *const u8, stride: usize, a: *const u8) -> [f32; 8] {
             // SAFETY: forwarded from the caller's contract.
@@ -332,21 +357,6 @@ macro_rules! legacy_kernels {
             // row of `nb` blocks (checked above); reachable only through a table handed
             // out after AVX2+FMA+F16C were detected.
             unsafe { $k8(nb, w.as_ptr(), stride, a.as_ptr()) }
-        }
-        pub(crate) fn $one(n: usize, w: &[u8], a: &[u8]) -> f32 {
-            let nb = row_blocks(GgmlType::$ty, n, w);
-            row_blocks(GgmlType::Q8_0, n, a);
-            // SAFETY: both rows hold `nb` blocks (checked above); this function is only
-            // reachable through a table handed out after AVX2+FMA+F16C were detected.
-            unsafe { $k1(nb, w.as_ptr(), a.as_ptr()) }
-        }
-        pub(crate) fn $x4(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
-            let nb = row_blocks(GgmlType::$ty, n, w);
-            for c in a {
-                row_blocks(GgmlType::Q8_0, n, c);
-            }
-            // SAFETY: as for the row kernel; all five rows hold `nb` blocks.
-            unsafe { $k4(nb, w.as_ptr(), a.map(<[u8]>::as_ptr)) }
         }
     )*};
 }
@@ -694,42 +704,8 @@ unsafe fn q5_1_quants(x: *const u8) -> __m256i {
     }
 }
 
-/// The row and 1×4 kernels of the Q8_1-activation types over [`q8_1_rows`]
-/// (the same per-row arithmetic, so a row's bits do not depend on the batch).
-macro_rules! q8_1_kernels {
-    ($($ty:ident, $size:expr, $quants:ident, $one:ident, $x4:ident, $k1:ident, $k4:ident;)*) => {$(
-        #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn $k1(nb: usize, w: *const u8, a: *const u8) -> f32 {
-            // SAFETY: forwarded from the caller's contract.
-            unsafe { q8_1_rows::<1>(nb, w, $size, [a], $quants)[0] }
-        }
-        #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn $k4(nb: usize, w: *const u8, a: [*const u8; 4]) -> [f32; 4] {
-            // SAFETY: forwarded from the caller's contract.
-            unsafe { q8_1_rows::<4>(nb, w, $size, a, $quants) }
-        }
-        pub(crate) fn $one(n: usize, w: &[u8], a: &[u8]) -> f32 {
-            let nb = row_blocks(GgmlType::$ty, n, w);
-            row_blocks(GgmlType::Q8_1, n, a);
-            // SAFETY: both rows hold `nb` blocks (checked above); reachable only
-            // through a table handed out after AVX2+FMA+F16C were detected.
-            unsafe { $k1(nb, w.as_ptr(), a.as_ptr()) }
-        }
-        pub(crate) fn $x4(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
-            let nb = row_blocks(GgmlType::$ty, n, w);
-            for c in a {
-                row_blocks(GgmlType::Q8_1, n, c);
-            }
-            // SAFETY: as for the row kernel; all five rows hold `nb` blocks.
-            unsafe { $k4(nb, w.as_ptr(), a.map(<[u8]>::as_ptr)) }
-        }
-    )*};
-}
-
-q8_1_kernels! {
-    Q4_1, 20, q4_1_quants, vec_dot_q4_1, vec_dot_x4_q4_1, k_q4_1, k_q4_1_x4;
-    Q5_1, 24, q5_1_quants, vec_dot_q5_1, vec_dot_x4_q5_1, k_q5_1, k_q5_1_x4;
-}
+row_x4_fns!(q8_1_rows, Q8_1; Q4_1, 20, q4_1_quants, vec_dot_q4_1, vec_dot_x4_q4_1, k_q4_1, k_q4_1_x4);
+row_x4_fns!(q8_1_rows, Q8_1; Q5_1, 24, q5_1_quants, vec_dot_q5_1, vec_dot_x4_q5_1, k_q5_1, k_q5_1_x4);
 
 // --------------------------------------------------------- K-quant products
 
