@@ -903,6 +903,11 @@ unsafe fn k_q5_k(nb: usize, w: *const u8, a: [*const u8; 1]) -> [f32; 1] {
     unsafe { q45_k::<1, true>(nb, w, a) }
 }
 #[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k_q5_k_x4(nb: usize, w: *const u8, a: [*const u8; 4]) -> [f32; 4] {
+    // SAFETY: forwarded from the wrapper's checks.
+    unsafe { q45_k::<4, true>(nb, w, a) }
+}
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn k_q6_k(nb: usize, w: *const u8, a: [*const u8; 1]) -> [f32; 1] {
     // SAFETY: forwarded from the wrapper's checks.
     unsafe { q6_k::<1>(nb, w, a) }
@@ -1038,22 +1043,64 @@ pub(super) unsafe fn q4_k_tile<const S: usize>(
     packed: *const u8,
     unit: Q4KUnit<S>,
 ) -> [[f32; 4]; S] {
+    // SAFETY: the same contract.
+    unsafe { q45_k_tile::<S, false>(nb, w, packed, unit) }
+}
+
+/// [`q4_k_tile`] for Q5_K: each nibble with its fifth bit (quants ≤ 31,
+/// which a [`Q4KUnit`]'s four `maddubs` steps still hold in i16:
+/// 4·2·31·127 < 2^15), the same sums and steps — the row kernel's bits.
+#[inline(always)]
+pub(super) unsafe fn q5_k_tile<const S: usize>(
+    nb: usize,
+    w: *const u8,
+    packed: *const u8,
+    unit: Q4KUnit<S>,
+) -> [[f32; 4]; S] {
+    // SAFETY: as for `q4_k_tile`, with 176-byte weight blocks.
+    unsafe { q45_k_tile::<S, true>(nb, w, packed, unit) }
+}
+
+/// Q4_K (`HIGH = false`) or Q5_K (`HIGH = true`) against a packed group:
+/// [`q4_k_tile`], [`q5_k_tile`].
+#[inline(always)]
+unsafe fn q45_k_tile<const S: usize, const HIGH: bool>(
+    nb: usize,
+    w: *const u8,
+    packed: *const u8,
+    unit: Q4KUnit<S>,
+) -> [[f32; 4]; S] {
+    let bsize = if HIGH { 176 } else { 144 };
+    let qs_off = if HIGH { 48 } else { 16 };
     // SAFETY: the wrappers checked `nb` weight blocks and `nb` packed super-block
     // groups of `4·S` rows; AVX2/FMA/F16C are enabled in the callers.
     unsafe {
         let gb = crate::pack::q8_k_group_block(4 * S);
-        let m4 = _mm256_set1_epi8(0x0F);
+        let (m4, m1) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(1));
         let mut acc = [_mm_setzero_ps(); S];
         let mut accm = [_mm_setzero_ps(); S];
         for i in 0..nb {
-            let (x, y) = (w.add(i * 144), packed.add(i * gb));
-            prefetch_block(x, 144);
+            let (x, y) = (w.add(i * bsize), packed.add(i * gb));
+            prefetch_block(x, bsize);
             let (scales, mins) = k4_scales_mins(&*x.add(4).cast::<[u8; 12]>());
+            let mut hbits = if HIGH {
+                load(x.add(16))
+            } else {
+                _mm256_setzero_si256()
+            };
             let mut sums = [_mm256_setzero_si256(); S];
             for j in 0..4 {
-                let q = load(x.add(16 + 32 * j));
-                let lo = _mm256_and_si256(q, m4);
-                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                let q = load(x.add(qs_off + 32 * j));
+                let mut lo = _mm256_and_si256(q, m4);
+                let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                if HIGH {
+                    // As in `q45_k`: two of the fifth bits per byte a step.
+                    let h0 = _mm256_and_si256(hbits, m1);
+                    let h1 = _mm256_and_si256(_mm256_srli_epi16::<1>(hbits), m1);
+                    lo = _mm256_or_si256(lo, _mm256_slli_epi16::<4>(h0));
+                    hi = _mm256_or_si256(hi, _mm256_slli_epi16::<4>(h1));
+                    hbits = _mm256_srli_epi16::<2>(hbits);
+                }
                 for (u, q) in [(2 * j, lo), (2 * j + 1, hi)] {
                     unit(q, y.add(u * 128 * S), scales[u] as i16, &mut sums);
                 }
@@ -1132,13 +1179,15 @@ k_tiles! {
     "avx2,fma,f16c";
     Q4_K: q4_k_tile(q4_k_unit), k_q4_k_x16 => tile16_q4_k, k_q4_k_x12 => tile12_q4_k,
         k_q4_k_x8 => tile8_q4_k, k_q4_k_t4 => tile4_q4_k;
+    Q5_K: q5_k_tile(q4_k_unit), k_q5_k_x16 => tile16_q5_k, k_q5_k_x12 => tile12_q5_k,
+        k_q5_k_x8 => tile8_q5_k, k_q5_k_t4 => tile4_q5_k;
     Q6_K: q6_k_tile(q6_k_unit), k_q6_k_x16 => tile16_q6_k, k_q6_k_x12 => tile12_q6_k,
         k_q6_k_x8 => tile8_q6_k, k_q6_k_t4 => tile4_q6_k;
 }
 
 k_wrappers! {
     Q4_K: k_q4_k => vec_dot_q4_k, k_q4_k_x4 => vec_dot_x4_q4_k;
-    Q5_K: k_q5_k => vec_dot_q5_k;
+    Q5_K: k_q5_k => vec_dot_q5_k, k_q5_k_x4 => vec_dot_x4_q5_k;
     Q6_K: k_q6_k => vec_dot_q6_k, k_q6_k_x4 => vec_dot_x4_q6_k;
 }
 

@@ -381,7 +381,22 @@ pub(crate) static AVX2: [TypeKernels; 13] = [
         panel::Q4_K_BLOCK,
         panel::Q4_K_ACT,
     ),
-    with(scalar(T::Q5_K), A, Q8_K, Some(avx2::vec_dot_q5_k), None),
+    tiles(
+        with(
+            scalar(T::Q5_K),
+            A,
+            Q8_K,
+            Some(avx2::vec_dot_q5_k),
+            Some(avx2::vec_dot_x4_q5_k),
+        ),
+        0,
+        (
+            avx2::tile16_q5_k,
+            avx2::tile12_q5_k,
+            avx2::tile8_q5_k,
+            avx2::tile4_q5_k,
+        ),
+    ),
     panels(
         tiles(
             with(
