@@ -46,10 +46,13 @@ pub enum ModelError {
     },
     #[error("unsupported: {0}")]
     Unsupported(String),
-    #[error("{tensor}: {source}")]
+    /// The kernel error's text is in the message, not a `source`: error
+    /// reports print each source's message after the error's own, and
+    /// printed it twice.
+    #[error("{tensor}: {error}")]
     Kernel {
         tensor: String,
-        source: lamina_kernels::KernelError,
+        error: lamina_kernels::KernelError,
     },
     #[error("token id {id} is outside the vocabulary of {n_vocab}")]
     BadToken { id: u32, n_vocab: usize },
@@ -59,4 +62,20 @@ pub enum ModelError {
     ContextExceeded { n_tokens: usize, n_ctx: usize },
     #[error("{0}")]
     Input(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kernel_error_is_reported_once() {
+        let e = ModelError::Kernel {
+            tensor: "blk.0.attn_q.weight".into(),
+            error: lamina_kernels::KernelError::UnknownIsa("sse9".into()),
+        };
+        let text = e.to_string();
+        assert_eq!(text.matches("sse9").count(), 1, "{text}");
+        assert!(std::error::Error::source(&e).is_none());
+    }
 }

@@ -539,7 +539,7 @@ impl Model {
         let att = &mut b.att[..t * qd];
         let kernel = |e| ModelError::Kernel {
             tensor: format!("blk.{il}.attention"),
-            source: e,
+            error: e,
         };
         match cache {
             None => attention(

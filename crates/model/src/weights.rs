@@ -70,7 +70,7 @@ impl Linear {
         };
         matmul(&w, x, tokens, y, scratch, pool).map_err(|e| ModelError::Kernel {
             tensor: self.name.clone(),
-            source: e,
+            error: e,
         })
     }
 
@@ -123,7 +123,7 @@ pub fn forward_many<const N: usize>(
             .map(|l| l.name.as_str())
             .collect::<Vec<_>>()
             .join("+"),
-        source: e,
+        error: e,
     })
 }
 
@@ -157,7 +157,7 @@ impl<D: AsRef<[u8]>> Loader<'_, D> {
             .map_err(|e| ModelError::Unsupported(e.to_string()))?;
         let k = kernels(info.ggml_type).map_err(|e| ModelError::Kernel {
             tensor: name.to_string(),
-            source: e,
+            error: e,
         })?;
         if !cols.is_multiple_of(k.activation.block_size()) {
             return Err(ModelError::Unsupported(format!(
