@@ -43,18 +43,21 @@ pub fn resolve(value: Option<&str>) -> Result<usize, KernelError> {
 /// The distance in use for this process: `LAMINA_PREFETCH` read and
 /// checked once (the kernel tables report a bad value).
 pub fn selected() -> Result<usize, KernelError> {
-    static SELECTED: OnceLock<Result<usize, KernelError>> = OnceLock::new();
-    SELECTED
-        .get_or_init(|| resolve(std::env::var("LAMINA_PREFETCH").ok().as_deref()))
-        .clone()
+    cached().clone()
 }
 
-/// [`selected`] for the kernels: no prefetch where it was refused (every
+fn cached() -> &'static Result<usize, KernelError> {
+    static SELECTED: OnceLock<Result<usize, KernelError>> = OnceLock::new();
+    SELECTED.get_or_init(|| resolve(std::env::var("LAMINA_PREFETCH").ok().as_deref()))
+}
+
+/// [`selected`] for the kernels, read in place (a refused value's error is
+/// not cloned on every call): no prefetch where it was refused (every
 /// table lookup has reported that already).
 #[inline]
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) fn ahead() -> usize {
-    selected().unwrap_or(0)
+    *cached().as_ref().unwrap_or(&0)
 }
 
 /// [`INTEL_AHEAD`] on Intel CPUs, else 0. Under Miri (no `cpuid`) the
