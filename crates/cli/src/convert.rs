@@ -11,7 +11,7 @@ use lamina_model::convert::{self, ConvertOptions, OutType, Progress};
 pub struct Args {
     /// The Hugging Face model folder (config.json, model*.safetensors, tokenizer files).
     pub input: PathBuf,
-    /// The GGUF file to write (written to OUT.tmp, renamed when complete).
+    /// The GGUF file to write (written to a temporary beside it, renamed when complete).
     pub output: PathBuf,
     /// Tensor type: f32, f16, bf16, or a quantize target (q8_0, q4_k_m, q6_k,
     /// ...: converted to f32, then quantized as `lamina quantize` does).

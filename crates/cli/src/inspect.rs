@@ -48,7 +48,7 @@ pub fn run(args: Args) -> Result<()> {
     } else if let Some(hashes) = &hashes {
         let mut s = String::new();
         for (t, h) in gguf.tensors().iter().zip(hashes) {
-            let _ = writeln!(s, "{h}  {}  {}", t.ggml_type.name(), t.name);
+            let _ = writeln!(s, "{h}  {}  {}", t.ggml_type.name(), escape(&t.name));
         }
         s
     } else {
@@ -80,6 +80,41 @@ fn tensor_hashes<D: AsRef<[u8]> + Sync>(gguf: &Gguf<D>) -> Vec<String> {
 
 fn lossy(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `s` with control characters, Unicode format characters (bidirectional
+/// overrides, zero-width marks) and backslashes escaped, so a hostile file
+/// cannot drive the terminal or disguise text.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if is_hidden(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Control characters and the invisible formatting characters of
+/// Unicode's Cf category that text terminals act on or hide.
+pub fn is_hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(c,
+            '\u{00ad}' | '\u{061c}' | '\u{180e}' | '\u{200b}'..='\u{200f}'
+            | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{206f}' | '\u{feff}'
+            | '\u{fff9}'..='\u{fffb}')
+}
+
+/// A string value as printed: quoted, with quotes and hidden characters escaped.
+fn quoted(s: &str) -> String {
+    format!("\"{}\"", escape(s).replace('"', "\\\""))
 }
 
 fn value_to_json(value: &Value<'_>, full: bool) -> Json {
@@ -135,7 +170,7 @@ fn to_json<D: AsRef<[u8]>>(gguf: &Gguf<D>, full: bool) -> Json {
 
 fn value_to_text(value: &Value<'_>, full: bool) -> String {
     match value {
-        Value::String(s) => format!("{:?}", lossy(s)),
+        Value::String(s) => quoted(&lossy(s)),
         Value::Array(a) => {
             let shown = if full {
                 a.len()
@@ -168,7 +203,12 @@ fn value_to_text(value: &Value<'_>, full: bool) -> String {
 fn to_text<D: AsRef<[u8]>>(gguf: &Gguf<D>, path: &str, tensors: bool, full: bool) -> String {
     let mut out = String::new();
     let n_bytes = gguf.as_bytes().len();
-    let _ = writeln!(out, "{path}: GGUF v{}, {n_bytes} bytes", gguf.version());
+    let _ = writeln!(
+        out,
+        "{}: GGUF v{}, {n_bytes} bytes",
+        escape(path),
+        gguf.version()
+    );
     let _ = writeln!(
         out,
         "alignment {}, data section at byte {}",
@@ -176,8 +216,13 @@ fn to_text<D: AsRef<[u8]>>(gguf: &Gguf<D>, path: &str, tensors: bool, full: bool
         gguf.data_offset()
     );
     let _ = writeln!(out, "\n{} metadata keys:", gguf.metadata_len());
-    let width = gguf.metadata().map(|(k, _)| k.len()).max().unwrap_or(0);
+    let width = gguf
+        .metadata()
+        .map(|(k, _)| escape(k).chars().count())
+        .max()
+        .unwrap_or(0);
     for (key, value) in gguf.metadata() {
+        let key = escape(key);
         let _ = writeln!(
             out,
             "  {key:<width$}  {:<6}  {}",
@@ -206,7 +251,7 @@ fn to_text<D: AsRef<[u8]>>(gguf: &Gguf<D>, path: &str, tensors: bool, full: bool
         let width = gguf
             .tensors()
             .iter()
-            .map(|t| t.name.len())
+            .map(|t| escape(&t.name).chars().count())
             .max()
             .unwrap_or(4);
         let _ = writeln!(
@@ -224,7 +269,7 @@ fn to_text<D: AsRef<[u8]>>(gguf: &Gguf<D>, path: &str, tensors: bool, full: bool
             let _ = writeln!(
                 out,
                 "  {i:>5}  {:<width$}  {:<7}  {shape:<24}  {:>12}  {:>12}",
-                t.name,
+                escape(&t.name),
                 t.ggml_type.name(),
                 t.n_bytes,
                 t.offset

@@ -60,9 +60,15 @@ fn main() -> ExitCode {
     init_logging(cli.verbose);
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),
-        Command::Convert(args) => convert::run(args),
+        Command::Convert(args) => {
+            remove_temporaries_on_ctrl_c();
+            convert::run(args)
+        }
         Command::Embed(args) => embed::run(args),
-        Command::Quantize(args) => quantize::run(args),
+        Command::Quantize(args) => {
+            remove_temporaries_on_ctrl_c();
+            quantize::run(args)
+        }
         Command::Generate(args) => generate::run(args),
         Command::Chat(args) => chat::run(args),
         Command::Logits(args) => logits::run(args),
@@ -74,10 +80,34 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             // `{:#}` prints the whole context chain on one line.
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", escape_hidden(&format!("{err:#}")));
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error message with the control and invisible characters it may carry
+/// from a file (key and tensor names) escaped, all but line breaks.
+fn escape_hidden(msg: &str) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(msg.len());
+    for c in msg.chars() {
+        if c != '\n' && inspect::is_hidden(c) {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Removes the temporaries of an interrupted `quantize` or `convert` before
+/// exiting as a shell does on Ctrl-C.
+fn remove_temporaries_on_ctrl_c() {
+    let _ = ctrlc::set_handler(|| {
+        lamina_gguf::remove_all_staged();
+        std::process::exit(130);
+    });
 }
 
 fn init_logging(verbose: u8) {

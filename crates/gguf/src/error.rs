@@ -41,7 +41,10 @@ pub enum Error {
     NestingTooDeep { key: String, max: usize },
     #[error("duplicate metadata key {0}")]
     DuplicateKey(String),
-    #[error("general.alignment must be a non-zero power of two, found {0}")]
+    #[error(
+        "general.alignment must be a power of two no larger than {max}, found {0}",
+        max = crate::read::MAX_ALIGNMENT
+    )]
     BadAlignment(u64),
     #[error("general.alignment must be of type u32, found {0}")]
     BadAlignmentType(&'static str),
@@ -74,6 +77,15 @@ pub enum Error {
     OverlappingTensors { first: String, second: String },
     #[error("duplicate tensor name {0}")]
     DuplicateTensor(String),
+    #[error(
+        "key {key}: copying its {elements} array elements would pass the limit of {max} \
+         elements copied from one file"
+    )]
+    TooLargeToCopy {
+        key: String,
+        elements: u64,
+        max: usize,
+    },
     #[error("missing key {0}")]
     MissingKey(String),
     #[error("key {key}: expected {expected}, found {found}")]

@@ -12,6 +12,7 @@
 mod error;
 mod mmap;
 mod read;
+mod staged;
 mod types;
 mod value;
 mod write;
@@ -20,9 +21,10 @@ pub use error::{Error, Result};
 /// The memory map types handed out by [`map_read_only`] and [`anonymous`].
 pub use memmap2::{Mmap, MmapMut};
 pub use mmap::{anonymous, map_read_only, read_into_memory};
-pub use read::{DEFAULT_ALIGNMENT, Gguf, MAX_ARRAY_DEPTH, MAX_DIMS, TensorInfo};
+pub use read::{DEFAULT_ALIGNMENT, Gguf, MAX_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_DIMS, TensorInfo};
+pub use staged::{StagedFile, remove_all_staged};
 pub use types::GgmlType;
-pub use value::{ArrayIter, ArrayView, OwnedValue, Value, ValueType};
+pub use value::{ArrayIter, ArrayView, MAX_COPIED_ELEMENTS, OwnedValue, Value, ValueType};
 pub use write::{GgufBuilder, TensorSpec, TensorWriter};
 
 /// The directory holding model files: `$LAMINA_MODELS` when set and not
@@ -38,11 +40,13 @@ pub fn models_dir() -> std::path::PathBuf {
 impl<D: AsRef<[u8]>> Gguf<D> {
     /// A builder holding this file's metadata and tensor layout, so it can be
     /// written back (possibly modified) with [`GgufBuilder::write_header`].
+    /// Arrays are copied within [`MAX_COPIED_ELEMENTS`].
     pub fn to_builder(&self) -> Result<GgufBuilder> {
         let mut b = GgufBuilder::new();
         b.set_version(self.version())?;
+        let mut budget = MAX_COPIED_ELEMENTS;
         for (key, value) in self.metadata() {
-            b.set(key, value.to_owned_value())?;
+            b.set(key, value.try_to_owned_value(key, &mut budget)?)?;
         }
         for t in self.tensors() {
             b.add_tensor(t.name.clone(), t.ggml_type, &t.shape)?;

@@ -20,6 +20,13 @@ pub const DEFAULT_ALIGNMENT: u64 = 32;
 pub const MAX_DIMS: usize = 4;
 /// Deepest nesting of arrays of arrays accepted.
 pub const MAX_ARRAY_DEPTH: usize = 8;
+/// Largest `general.alignment` accepted: files use 32, and every tensor can
+/// be followed by up to this many bytes of padding.
+pub const MAX_ALIGNMENT: u64 = 1 << 16;
+/// Most entries reserved up front for a count read from a file; vectors and
+/// maps grow past it only as entries actually parse, since an in-memory entry
+/// is several times its smallest encoding.
+const MAX_RESERVE: usize = 1024;
 
 /// A little-endian reader over a byte slice that reports where it failed.
 pub(crate) struct Cursor<'a> {
@@ -488,8 +495,8 @@ fn parse(buf: &[u8]) -> Result<Parsed> {
     let n_kv = cur.check_count("metadata entry", n_kv, 13)?;
     let n_tensors_checked = cur.check_count("tensor", n_tensors, 32)?;
 
-    let mut metadata = Vec::with_capacity(n_kv);
-    let mut key_index = HashMap::with_capacity(n_kv);
+    let mut metadata = Vec::with_capacity(n_kv.min(MAX_RESERVE));
+    let mut key_index = HashMap::with_capacity(n_kv.min(MAX_RESERVE));
     for i in 0..n_kv {
         let key_pos = cur.pos() as u64;
         let key_bytes = cur.string(&|| format!("key of metadata entry {i}"))?;
@@ -538,7 +545,7 @@ fn parse(buf: &[u8]) -> Result<Parsed> {
         None => DEFAULT_ALIGNMENT,
         Some(StoredValue::Scalar(Value::U32(a))) => {
             let a = u64::from(*a);
-            if a == 0 || !a.is_power_of_two() {
+            if !a.is_power_of_two() || a > MAX_ALIGNMENT {
                 return Err(Error::BadAlignment(a));
             }
             a
@@ -548,8 +555,8 @@ fn parse(buf: &[u8]) -> Result<Parsed> {
         Some(StoredValue::Array { .. }) => return Err(Error::BadAlignmentType("array")),
     };
 
-    let mut tensors = Vec::with_capacity(n_tensors_checked);
-    let mut tensor_index = HashMap::with_capacity(n_tensors_checked);
+    let mut tensors = Vec::with_capacity(n_tensors_checked.min(MAX_RESERVE));
+    let mut tensor_index = HashMap::with_capacity(n_tensors_checked.min(MAX_RESERVE));
     for i in 0..n_tensors_checked {
         let name_pos = cur.pos() as u64;
         let name_bytes = cur.string(&|| format!("name of tensor {i}"))?;
@@ -561,7 +568,7 @@ fn parse(buf: &[u8]) -> Result<Parsed> {
                 n_dims,
             });
         }
-        let mut shape = Vec::with_capacity(n_dims as usize);
+        let mut shape = Vec::with_capacity(MAX_DIMS);
         for _ in 0..n_dims {
             shape.push(cur.u64(&|| format!("shape of tensor {name}"))?);
         }
@@ -577,11 +584,15 @@ fn parse(buf: &[u8]) -> Result<Parsed> {
             shape: shape.clone(),
             why,
         };
+        // The non-zero dimensions' product must fit, so that every partial
+        // product (rows, elements) does even when another dimension is zero.
         let n_elements = shape
             .iter()
+            .filter(|&&d| d != 0)
             .try_fold(1u64, |acc, &d| acc.checked_mul(d))
             .filter(|&n| n <= i64::MAX as u64)
             .ok_or_else(|| bad_shape("element count overflows"))?;
+        let n_elements = if shape.contains(&0) { 0 } else { n_elements };
         if !shape[0].is_multiple_of(ggml_type.block_size() as u64) {
             return Err(bad_shape("row length is not a multiple of the block size"));
         }

@@ -163,7 +163,10 @@ impl<'a> Value<'a> {
         }
     }
 
-    /// Copy into an owned value (for rewriting a file).
+    /// Copy into an owned value, for rewriting a file whose metadata is
+    /// trusted: an owned array element takes 32 bytes however small its
+    /// encoding, so a file's arrays are better copied with
+    /// [`Value::try_to_owned_value`].
     pub fn to_owned_value(&self) -> OwnedValue {
         match *self {
             Value::U8(v) => OwnedValue::U8(v),
@@ -183,6 +186,36 @@ impl<'a> Value<'a> {
             Value::I64(v) => OwnedValue::I64(v),
             Value::F64(v) => OwnedValue::F64(v),
         }
+    }
+}
+
+/// Most array elements (at every nesting level, all keys together) that
+/// [`Value::try_to_owned_value`] copies out of one file: at 32 bytes each a
+/// gigabyte, and far above what real files hold (a 262k-token vocabulary
+/// with its scores, types and merges is under two million).
+pub const MAX_COPIED_ELEMENTS: usize = 1 << 25;
+
+impl Value<'_> {
+    /// [`Value::to_owned_value`], charging every array element to `budget`
+    /// (start it at [`MAX_COPIED_ELEMENTS`] for a file) and refusing, before
+    /// allocating, an array that would pass it.
+    pub fn try_to_owned_value(&self, key: &str, budget: &mut usize) -> crate::Result<OwnedValue> {
+        let Value::Array(a) = self else {
+            return Ok(self.to_owned_value());
+        };
+        if a.len() > *budget {
+            return Err(crate::Error::TooLargeToCopy {
+                key: key.to_string(),
+                elements: a.len() as u64,
+                max: MAX_COPIED_ELEMENTS,
+            });
+        }
+        *budget -= a.len();
+        let items = a
+            .iter()
+            .map(|v| v.try_to_owned_value(key, budget))
+            .collect::<crate::Result<Vec<_>>>()?;
+        Ok(OwnedValue::Array(a.elem_type(), items))
     }
 }
 

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::io::Write;
 
 use crate::error::{Error, Result};
-use crate::read::{DEFAULT_ALIGNMENT, MAGIC, MAX_DIMS};
+use crate::read::{DEFAULT_ALIGNMENT, MAGIC, MAX_ALIGNMENT, MAX_DIMS};
 use crate::types::GgmlType;
 use crate::value::OwnedValue;
 
@@ -68,14 +68,15 @@ impl GgufBuilder {
     }
 
     /// Sets a metadata key, replacing its value in place if it exists.
-    /// `general.alignment` must be a u32 power of two and must be set before
-    /// any tensor is added.
+    /// `general.alignment` must be a u32 power of two no larger than
+    /// [`MAX_ALIGNMENT`](crate::MAX_ALIGNMENT) and must be set before any
+    /// tensor is added.
     pub fn set(&mut self, key: impl Into<String>, value: OwnedValue) -> Result<()> {
         let key = key.into();
         validate_value(&key, &value, 0)?;
         if key == "general.alignment" {
             match value {
-                OwnedValue::U32(a) if a != 0 && a.is_power_of_two() => {
+                OwnedValue::U32(a) if a.is_power_of_two() && u64::from(a) <= MAX_ALIGNMENT => {
                     if !self.tensors.is_empty() {
                         return Err(Error::Writer(
                             "general.alignment must be set before tensors are added".into(),
@@ -85,7 +86,8 @@ impl GgufBuilder {
                 }
                 _ => {
                     return Err(Error::Writer(format!(
-                        "general.alignment must be a u32 power of two, got {value:?}"
+                        "general.alignment must be a u32 power of two no larger than \
+                         {MAX_ALIGNMENT}, got {value:?}"
                     )));
                 }
             }

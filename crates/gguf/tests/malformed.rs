@@ -248,6 +248,30 @@ fn cases() -> Vec<(&'static str, Vec<u8>, Check)> {
             |e| matches!(e, Error::BadAlignment(0)),
         ),
         (
+            "alignment_too_large.gguf",
+            Raw::header(3, 0, 1)
+                .kv_u32("general.alignment", 1 << 31)
+                .done(),
+            |e| matches!(e, Error::BadAlignment(0x8000_0000)),
+        ),
+        (
+            "zero_dim_hides_overflow.gguf",
+            // No elements, but the rows (the product of the other dimensions) overflow.
+            Raw::header(3, 1, 0)
+                .tensor(b"w", &[0, 1 << 40, 1 << 40], 0, 0)
+                .data(32)
+                .done(),
+            |e| {
+                matches!(
+                    e,
+                    Error::BadShape {
+                        why: "element count overflows",
+                        ..
+                    }
+                )
+            },
+        ),
+        (
             "alignment_not_pow2.gguf",
             Raw::header(3, 0, 1).kv_u32("general.alignment", 48).done(),
             |e| matches!(e, Error::BadAlignment(48)),
@@ -467,6 +491,73 @@ fn corpus_files_match_generator() {
     }
 }
 
+/// A sparse file whose header claims as many metadata entries as its size
+/// allows: the count passes the size check, but reserving that many
+/// in-memory entries (several times bigger than their smallest encoding)
+/// would abort the process, so the reader must fail on the entries instead.
+#[test]
+fn a_huge_entry_count_in_a_huge_sparse_file_is_an_error_not_an_abort() {
+    let dir = tempfile::tempdir().unwrap();
+    // The 24 header bytes read before the counts are checked.
+    let left = (16u64 << 30) - 24;
+    for (n_tensors, n_kv) in [(0, left / 13), (left / 32, 0)] {
+        let path = dir.path().join("sparse.gguf");
+        let file = std::fs::File::create(&path).unwrap();
+        use std::io::Write;
+        (&file)
+            .write_all(&Raw::header(3, n_tensors, n_kv).done())
+            .unwrap();
+        file.set_len(16 << 30).unwrap();
+        let err = Gguf::open(&path).unwrap_err();
+        // All-zero entries: the second empty key (or tensor name) repeats the first.
+        match n_kv {
+            0 => assert!(
+                matches!(&err, Error::BadDimCount { n_dims: 0, .. }),
+                "{err}"
+            ),
+            _ => assert!(
+                matches!(&err, Error::DuplicateKey(k) if k.is_empty()),
+                "{err}"
+            ),
+        }
+    }
+}
+
+#[test]
+fn a_large_alignment_is_refused_when_writing_too() {
+    let mut b = lamina_gguf::GgufBuilder::new();
+    let e = b
+        .set("general.alignment", lamina_gguf::OwnedValue::U32(1 << 17))
+        .unwrap_err();
+    assert!(e.to_string().contains("no larger than 65536"), "{e}");
+    b.set("general.alignment", lamina_gguf::OwnedValue::U32(1 << 16))
+        .unwrap();
+}
+
+#[test]
+fn copying_metadata_is_bounded() {
+    use lamina_gguf::{MAX_COPIED_ELEMENTS, Value};
+    // A u8 array of 2^25 + 1 elements: 33 MB in the file, a gigabyte as owned values.
+    let n = MAX_COPIED_ELEMENTS as u64 + 1;
+    let mut r = Raw::header(3, 0, 1);
+    r.str(b"big").u32(9).u32(0).u64(n);
+    let mut bytes = r.done();
+    bytes.resize(bytes.len() + n as usize, 7);
+    let g = Gguf::from_bytes(bytes).unwrap();
+    let err = g.to_builder().unwrap_err();
+    assert!(
+        matches!(&err, Error::TooLargeToCopy { key, elements, .. } if key == "big" && *elements == n),
+        "{err}"
+    );
+    // Within the budget the copy is the value.
+    let v = Value::String(b"x");
+    let mut budget = 0;
+    assert_eq!(
+        v.try_to_owned_value("k", &mut budget).unwrap(),
+        lamina_gguf::OwnedValue::String(b"x".to_vec())
+    );
+}
+
 #[test]
 fn errors_read_well() {
     let messages: Vec<String> = cases()
@@ -479,6 +570,12 @@ fn errors_read_well() {
         )
     );
     assert!(messages.contains(&"tensor w: unknown ggml type id 1000".to_string()));
+    assert!(
+        messages.contains(
+            &"general.alignment must be a power of two no larger than 65536, found 2147483648"
+                .to_string()
+        )
+    );
     assert!(
         messages
             .iter()

@@ -20,9 +20,9 @@
 //! without an importance matrix).
 
 use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use lamina_gguf::{GgmlType, Gguf, GgufBuilder, OwnedValue, TensorInfo};
+use lamina_gguf::{GgmlType, Gguf, GgufBuilder, OwnedValue, StagedFile, TensorInfo};
 
 use crate::ModelError;
 
@@ -323,7 +323,11 @@ impl TypePlanner {
         let ftype = self.target;
         let category = Category::of(&t.name);
         // `use_more_bits`: the first and last eighth of the layers and every third between.
-        let more_bits = |i: u64, n: u64| i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+        // In u128: a hostile layer count must not overflow `7 * n`.
+        let more_bits = |i: u64, n: u64| {
+            let (i, n) = (u128::from(i), u128::from(n));
+            i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2
+        };
         let mut ty = default;
         if category == Category::Output
             || (self.has_tied_embeddings && category == Category::TokenEmbd)
@@ -480,8 +484,9 @@ pub struct Report {
 }
 
 /// Quantizes `input` into `output` (written to a temporary file beside it,
-/// renamed at the end; removed on failure). `progress(i, n, name)` is called
-/// before each tensor.
+/// created exclusively and renamed at the end; removed on failure or panic,
+/// and by [`lamina_gguf::remove_all_staged`] on Ctrl-C).
+/// `progress(i, n, name)` is called before each tensor.
 pub fn quantize_file(
     input: &Path,
     output: &Path,
@@ -489,24 +494,10 @@ pub fn quantize_file(
     progress: &mut dyn FnMut(usize, usize, &str),
 ) -> Result<Report, ModelError> {
     let src = Gguf::open(input)?;
-    let tmp = temp_path(output);
-    let result = write(&src, &tmp, target, progress);
-    match result {
-        Ok(report) => {
-            std::fs::rename(&tmp, output).map_err(|e| io_err(output, e))?;
-            Ok(report)
-        }
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            Err(e)
-        }
-    }
-}
-
-fn temp_path(output: &Path) -> PathBuf {
-    let mut name = output.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(".tmp-{}", std::process::id()));
-    output.with_file_name(name)
+    let staged = StagedFile::create(output).map_err(|e| io_err(output, e))?;
+    let report = write(&src, &staged, target, progress)?;
+    staged.commit().map_err(|e| io_err(output, e))?;
+    Ok(report)
 }
 
 fn io_err(path: &Path, e: std::io::Error) -> ModelError {
@@ -518,7 +509,7 @@ fn io_err(path: &Path, e: std::io::Error) -> ModelError {
 
 fn write(
     src: &Gguf,
-    tmp: &Path,
+    staged: &StagedFile,
     target: Target,
     progress: &mut dyn FnMut(usize, usize, &str),
 ) -> Result<Report, ModelError> {
@@ -527,9 +518,10 @@ fn write(
 
     let mut b = GgufBuilder::new();
     b.set_version(src.version())?;
+    let mut budget = lamina_gguf::MAX_COPIED_ELEMENTS;
     for (key, value) in src.metadata() {
         if key != "general.quantization_version" && key != "general.file_type" {
-            b.set(key, value.to_owned_value())?;
+            b.set(key, value.try_to_owned_value(key, &mut budget)?)?;
         }
     }
     b.set("general.quantization_version", OwnedValue::U32(2))?;
@@ -538,7 +530,12 @@ fn write(
     let mut types = Vec::with_capacity(tensors.len());
     let mut planner = TypePlanner::new(src, target);
     for t in &tensors {
-        let ty = planner.tensor_type(t);
+        let mut ty = planner.tensor_type(t);
+        if t.n_elements() == 0 {
+            // Nothing to quantize: copied through as it is, like any tensor
+            // llama-quantize leaves alone.
+            ty = t.ggml_type;
+        }
         if ty != t.ggml_type {
             lamina_quant::check_supported(t.ggml_type, &t.name)
                 .map_err(|e| ModelError::Unsupported(e.to_string()))?;
@@ -557,8 +554,8 @@ fn write(
             report.requantized
         );
     }
-    let file = std::fs::File::create(tmp).map_err(|e| io_err(tmp, e))?;
-    let mut w = b.write_header(BufWriter::with_capacity(1 << 20, file))?;
+    let tmp = staged.path();
+    let mut w = b.write_header(BufWriter::with_capacity(1 << 20, staged.file()))?;
     let n = tensors.len();
     for (i, (t, &ty)) in tensors.iter().zip(&types).enumerate() {
         progress(i, n, &t.name);
@@ -575,11 +572,6 @@ fn write(
     }
     let mut inner = w.finish()?;
     inner.flush().map_err(|e| io_err(tmp, e))?;
-    inner
-        .into_inner()
-        .map_err(|e| io_err(tmp, e.into_error()))?
-        .sync_all()
-        .map_err(|e| io_err(tmp, e))?;
     report.tensors = n;
     Ok(report)
 }
@@ -597,7 +589,7 @@ fn convert_tensor(t: &TensorInfo, data: &[u8], ty: GgmlType) -> Result<Vec<u8>, 
     let out_row = ty.row_bytes(cols as u64).ok_or_else(|| {
         ModelError::Unsupported(format!("{}: {cols} values per row do not fit {ty}", t.name))
     })? as usize;
-    if data.len() != rows * in_row {
+    if in_row == 0 || out_row == 0 || data.len() != rows * in_row {
         return Err(ModelError::Unsupported(format!(
             "{}: data size does not match its shape",
             t.name

@@ -6,8 +6,8 @@
 //! metadata (general.*, hyper-parameters, tokenizer) and then streams each
 //! tensor from the memory-mapped safetensors files through the element
 //! conversion into a [`lamina_gguf::TensorWriter`], a bounded chunk at a time.
-//! The output is written to `OUT.tmp` and renamed at the end, so a failed run
-//! never leaves a half-written file behind.
+//! The output is written to a temporary beside `OUT` ([`lamina_gguf::StagedFile`])
+//! and renamed at the end, so a failed run never leaves a half-written file behind.
 
 mod arch;
 pub mod floats;
@@ -16,7 +16,6 @@ mod source;
 pub mod spm;
 mod vocab;
 
-use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
@@ -217,25 +216,20 @@ pub fn convert(opts: &ConvertOptions, progress: &mut dyn FnMut(Progress<'_>)) ->
         total_bytes,
     });
 
-    let tmp = tmp_path(&opts.output);
-    let result = write_file(&tmp, builder, &jobs, &sources, progress);
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
+    let staged = lamina_gguf::StagedFile::create(&opts.output).map_err(io_err(&opts.output))?;
+    write_file(&staged, builder, &jobs, &sources, progress)?;
     if let OutType::Quantized(target) = opts.out_type {
-        let result =
-            crate::quantize::quantize_file(&tmp, &opts.output, target, &mut |i, n, name| {
-                progress(Progress::Quantize {
-                    index: i,
-                    total: n,
-                    name,
-                })
-            });
-        let _ = std::fs::remove_file(&tmp);
-        result.map_err(|e| Error::Quantize(Box::new(e)))?;
+        // The staged f32 file is the quantizer's input; it is removed when dropped.
+        crate::quantize::quantize_file(staged.path(), &opts.output, target, &mut |i, n, name| {
+            progress(Progress::Quantize {
+                index: i,
+                total: n,
+                name,
+            })
+        })
+        .map_err(|e| Error::Quantize(Box::new(e)))?;
     } else {
-        std::fs::rename(&tmp, &opts.output).map_err(io_err(&opts.output))?;
+        staged.commit().map_err(io_err(&opts.output))?;
     }
     Ok(Summary {
         arch: model.arch.name(),
@@ -246,21 +240,15 @@ pub fn convert(opts: &ConvertOptions, progress: &mut dyn FnMut(Progress<'_>)) ->
     })
 }
 
-fn tmp_path(out: &Path) -> PathBuf {
-    let mut s = out.as_os_str().to_os_string();
-    s.push(".tmp");
-    PathBuf::from(s)
-}
-
 fn write_file(
-    tmp: &Path,
+    staged: &lamina_gguf::StagedFile,
     builder: GgufBuilder,
     jobs: &[Job],
     sources: &Sources,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<()> {
-    let file = File::create(tmp).map_err(io_err(tmp))?;
-    let mut w = builder.write_header(BufWriter::with_capacity(1 << 20, file))?;
+    let tmp = staged.path();
+    let mut w = builder.write_header(BufWriter::with_capacity(1 << 20, staged.file()))?;
     let mut out = Vec::new();
     let mut vals = Vec::new();
     for job in jobs {
@@ -295,15 +283,8 @@ fn write_file(
             row += n;
         }
     }
-    let mut file = w.finish()?;
-    file.flush().map_err(io_err(tmp))?;
-    file.into_inner()
-        .map_err(|e| Error::Io {
-            path: tmp.to_path_buf(),
-            source: e.into_error(),
-        })?
-        .sync_all()
-        .map_err(io_err(tmp))?;
+    // The data reaches the disk in `StagedFile::commit`, or is read back by the quantizer.
+    w.finish()?.flush().map_err(io_err(tmp))?;
     Ok(())
 }
 
