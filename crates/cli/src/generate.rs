@@ -10,7 +10,7 @@ use lamina_kernels::pool::ThreadPool;
 use lamina_model::generate::{DEFAULT_BATCH, GenerateOptions, Session};
 use lamina_model::sampling::{Sampler, SamplerParams};
 use lamina_model::tokenizer::Tokenizer;
-use lamina_model::{KvType, Load, Model};
+use lamina_model::{KvType, Load, Model, ModelError};
 use serde_json::json;
 
 use crate::embed::thread_pool;
@@ -257,11 +257,21 @@ fn read_prompt(prompt: Option<String>, file: Option<&PathBuf>) -> Result<String>
 pub fn run(args: Args) -> Result<()> {
     let loaded = args.model.load()?;
     let prompt = read_prompt(args.prompt, args.file.as_ref())?;
-    let ids = loaded.tok.encode(&prompt, true, true);
+    let ids = match loaded.tok.encode_within(&prompt, true, true, loaded.n_ctx) {
+        Err(ModelError::ContextExceeded {
+            n_tokens, at_least, ..
+        }) => bail!(
+            "the prompt has {}{n_tokens} tokens, more than the context of {} tokens \
+             (raise --ctx; the model was trained on {})",
+            if at_least { "at least " } else { "" },
+            loaded.n_ctx,
+            loaded.model.hp.n_ctx_train
+        ),
+        other => other?,
+    };
     if ids.is_empty() {
         bail!("the prompt is empty (and the model adds no BOS token to start from)");
     }
-    loaded.check_fits(ids.len())?;
     let params = args.sample.params()?;
     let seed = params.seed;
     tracing::info!("sampling {params:?}");

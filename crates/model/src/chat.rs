@@ -13,6 +13,9 @@
 //! removed when the tokenizer adds BOS itself, so the prompt is tokenized
 //! with `add_special` and `parse_special` and has exactly one BOS.
 
+mod tokens;
+
+use std::io;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use lamina_gguf::Gguf;
@@ -125,6 +128,33 @@ impl std::fmt::Debug for ChatTemplate {
 
 const NAME: &str = "chat";
 
+/// Template instructions one render may run: real templates need a few
+/// hundred per message, a runaway loop is stopped well within a second.
+pub const TEMPLATE_FUEL: u64 = 2_000_000;
+
+/// Output a render may write beyond what the messages themselves bring.
+const OUTPUT_BASE: usize = 1 << 20;
+
+/// Refuses writes past a byte budget, so a template cannot print without end.
+struct CappedWriter {
+    buf: Vec<u8>,
+    cap: usize,
+}
+
+impl io::Write for CappedWriter {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        if b.len() > self.cap - self.buf.len() {
+            return Err(io::Error::other("output limit reached"));
+        }
+        self.buf.extend_from_slice(b);
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 impl ChatTemplate {
     /// The model's template, or the built-in one for its architecture.
     pub fn for_model<D: AsRef<[u8]>>(
@@ -175,6 +205,7 @@ impl ChatTemplate {
         strip_bos: bool,
     ) -> Result<ChatTemplate, ModelError> {
         let mut env = Environment::new();
+        env.set_fuel(Some(TEMPLATE_FUEL));
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
@@ -193,7 +224,9 @@ impl ChatTemplate {
     }
 
     /// The conversation as prompt text (ending with the assistant's turn
-    /// opener when `add_generation_prompt`).
+    /// opener when `add_generation_prompt`). Rendering stops with an error
+    /// after [`TEMPLATE_FUEL`] template instructions, or once the output
+    /// passes 1 MiB plus four times the messages' own size.
     pub fn render(
         &self,
         messages: &[Message],
@@ -213,9 +246,30 @@ impl ChatTemplate {
             .env
             .get_template(NAME)
             .map_err(|e| ModelError::Input(format!("chat template: {e:#}")))?;
-        let mut out = tmpl
-            .render(ctx)
-            .map_err(|e| ModelError::Input(format!("chat template failed: {e:#}")))?;
+        let own: usize = messages
+            .iter()
+            .map(|m| m.content.len() + m.role.len())
+            .sum();
+        let cap = own.saturating_mul(4).saturating_add(OUTPUT_BASE);
+        let mut w = CappedWriter {
+            buf: Vec::new(),
+            cap,
+        };
+        if let Err(e) = tmpl.render_captured_to(ctx, &mut w) {
+            let msg = match e.kind() {
+                ErrorKind::OutOfFuel => format!(
+                    "chat template failed: it ran more than {TEMPLATE_FUEL} instructions (a runaway loop?)"
+                ),
+                ErrorKind::WriteFailure => {
+                    format!("chat template failed: its output passed the limit of {cap} bytes")
+                }
+                _ => format!("chat template failed: {e:#}"),
+            };
+            return Err(ModelError::Input(msg));
+        }
+        // The engine writes only whole `str`s, so this never replaces anything.
+        let mut out = String::from_utf8(w.buf)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
         if self.strip_bos && !self.bos.is_empty() && out.starts_with(&self.bos) {
             out.drain(..self.bos.len());
         }

@@ -66,6 +66,7 @@ impl Embedder {
             )));
         }
         let tokenizer = Tokenizer::from_gguf(&model.file)?;
+        model.check_tokenizer(&tokenizer)?;
         let ws = Workspace::new(&model.hp, 64);
         Ok(Embedder {
             model,
@@ -96,15 +97,13 @@ impl Embedder {
             full = format!("{}{text}", opts.prefix);
             &full
         };
-        let mut ids = self.tokenizer.encode(text, true, true);
         let n_ctx = self.model.hp.n_ctx_train;
+        let mut ids = if opts.truncate {
+            self.tokenizer.encode(text, true, true)
+        } else {
+            self.tokenizer.encode_within(text, true, true, n_ctx)?
+        };
         if ids.len() > n_ctx {
-            if !opts.truncate {
-                return Err(ModelError::ContextExceeded {
-                    n_tokens: ids.len(),
-                    n_ctx,
-                });
-            }
             // Keep the end-of-sequence token, as Hugging Face truncation does.
             let eos = self
                 .tokenizer

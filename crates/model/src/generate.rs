@@ -149,14 +149,9 @@ impl<'m> Session<'m> {
                 "the context and the batch must hold at least one token".into(),
             ));
         }
-        if tok.n_vocab() > model.hp.n_vocab {
-            return Err(ModelError::Input(format!(
-                "the tokenizer has {} tokens but the model only {}",
-                tok.n_vocab(),
-                model.hp.n_vocab
-            )));
-        }
+        model.check_tokenizer(tok)?;
         let batch = batch.min(n_ctx);
+        crate::mem::check_session(&model.hp, n_ctx, kv, batch)?;
         Ok(Session {
             model,
             tok,
@@ -222,6 +217,7 @@ impl<'m> Session<'m> {
             return Err(ModelError::ContextExceeded {
                 n_tokens: prompt.len(),
                 n_ctx: self.n_ctx(),
+                at_least: false,
             });
         }
         let mut common = self
@@ -253,6 +249,7 @@ impl<'m> Session<'m> {
             return Err(ModelError::ContextExceeded {
                 n_tokens: n,
                 n_ctx: self.n_ctx(),
+                at_least: false,
             });
         }
         for chunk in tokens.chunks(self.batch) {

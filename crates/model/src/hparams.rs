@@ -202,6 +202,11 @@ impl HParams {
             .tensor("token_embd.weight")
             .map(|t| t.n_rows() as usize)
             .ok_or_else(|| ModelError::MissingTensor("token_embd.weight".into()))?;
+        if n_vocab == 0 {
+            return Err(ModelError::Input(
+                "token_embd.weight has no rows: the model has an empty vocabulary".into(),
+            ));
+        }
         let n_ctx_train = k.uint("context_length")?.unwrap_or(2048).max(1);
         let rms_eps = k
             .float("attention.layer_norm_rms_epsilon")?

@@ -14,6 +14,7 @@ pub mod convert;
 pub mod embed;
 pub mod generate;
 pub mod hparams;
+pub mod mem;
 pub mod quantize;
 pub mod sampling;
 pub mod tokenizer;
@@ -56,10 +57,16 @@ pub enum ModelError {
     },
     #[error("token id {id} is outside the vocabulary of {n_vocab}")]
     BadToken { id: u32, n_vocab: usize },
+    /// `at_least`: encoding stopped early, `n_tokens` is a lower bound.
     #[error(
-        "input of {n_tokens} tokens exceeds the context of {n_ctx} (shorten it, or pass --truncate where offered)"
+        "input of {}{n_tokens} tokens exceeds the context of {n_ctx} (shorten it, or pass --truncate where offered)",
+        if *at_least { "at least " } else { "" }
     )]
-    ContextExceeded { n_tokens: usize, n_ctx: usize },
+    ContextExceeded {
+        n_tokens: usize,
+        n_ctx: usize,
+        at_least: bool,
+    },
     #[error("{0}")]
     Input(String),
 }

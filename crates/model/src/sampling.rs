@@ -5,13 +5,19 @@
 //!
 //! A [`Sampler`] owns every buffer it needs, sized from the vocabulary when
 //! it is made, so choosing a token allocates nothing.
+//!
+//! Broken logits never panic: NaN counts as `-inf`; when the best
+//! remaining logit is infinite (`+inf`, or `-inf` because nothing finite is
+//! left) the choice is the first candidate holding it, which is the lowest
+//! such id; an empty vocabulary gives token 0. Temperature scales finite
+//! logits only, and a NaN temperature is greedy.
 
 use std::collections::VecDeque;
 
 /// Sampling settings; the defaults are llama.cpp's.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplerParams {
-    /// Temperature; `<= 0` is greedy.
+    /// Temperature; `<= 0` (or NaN) is greedy.
     pub temp: f32,
     /// Keep the `k` most likely tokens; 0 keeps all.
     pub top_k: usize,
@@ -55,6 +61,10 @@ impl SamplerParams {
             temp: 0.0,
             ..SamplerParams::default()
         }
+    }
+
+    fn greedy_temp(&self) -> bool {
+        self.temp.is_nan() || self.temp <= 0.0
     }
 
     fn penalties_active(&self) -> bool {
@@ -187,22 +197,25 @@ impl Sampler {
     /// [`accept`](Sampler::accept) it.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
         assert_eq!(logits.len(), self.n_vocab, "logits of the wrong vocabulary");
-        if self.params.temp <= 0.0 && !self.params.penalties_active() {
+        if self.params.greedy_temp() && !self.params.penalties_active() {
             // Greedy: the most likely token, the first on ties, without
             // building the candidates (none are left).
             self.cand.clear();
-            return argmax(logits) as u32;
+            let best = argmax(logits);
+            // All -inf or NaN: every token ties at -inf, so the lowest id.
+            let finite_or_inf = logits.get(best).is_some_and(|&x| x > f32::NEG_INFINITY);
+            return if finite_or_inf { best as u32 } else { 0 };
         }
         self.cand.clear();
         self.cand
             .extend(logits.iter().enumerate().map(|(i, &logit)| Cand {
-                logit,
+                logit: not_nan(logit),
                 id: i as u32,
             }));
         if self.params.penalties_active() {
             self.apply_penalties();
         }
-        if self.params.temp <= 0.0 {
+        if self.params.greedy_temp() {
             // The most likely token; the first on ties.
             let mut best = 0;
             for (i, c) in self.cand.iter().enumerate() {
@@ -215,7 +228,10 @@ impl Sampler {
         let sorted = self.top_k_top_p();
         self.min_p(sorted);
         let inv = 1.0 / self.params.temp;
-        self.cand.iter_mut().for_each(|c| c.logit *= inv);
+        self.cand
+            .iter_mut()
+            .filter(|c| c.logit.is_finite())
+            .for_each(|c| c.logit = not_nan(c.logit * inv));
         self.draw()
     }
 
@@ -241,7 +257,7 @@ impl Sampler {
             } else {
                 c.logit /= p.repeat_penalty;
             }
-            c.logit -= n as f32 * p.frequency_penalty + p.presence_penalty;
+            c.logit = not_nan(c.logit - (n as f32 * p.frequency_penalty + p.presence_penalty));
         }
     }
 
@@ -311,10 +327,16 @@ impl Sampler {
     /// A draw from the softmax of the candidates, in their order.
     fn draw(&mut self) -> u32 {
         let r = self.rng.next_f64();
-        if self.cand.len() == 1 {
-            return self.cand[0].id;
-        }
         let max = max_logit(&self.cand);
+        if self.cand.len() <= 1 || max.is_infinite() {
+            // Nothing to weigh: the first candidate holding the best logit.
+            return self
+                .cand
+                .iter()
+                .find(|c| c.logit == max)
+                .or(self.cand.first())
+                .map_or(0, |c| c.id);
+        }
         let sum: f64 = self
             .cand
             .iter()
@@ -328,7 +350,7 @@ impl Sampler {
                 return c.id;
             }
         }
-        self.cand[self.cand.len() - 1].id
+        self.cand.last().map_or(0, |c| c.id)
     }
 
     /// The candidates left by the last [`sample`](Sampler::sample) before the
@@ -338,6 +360,11 @@ impl Sampler {
     pub fn candidates(&self) -> impl Iterator<Item = (u32, f32)> + '_ {
         self.cand.iter().map(|c| (c.id, c.logit))
     }
+}
+
+/// NaN as `-inf`, so it is never chosen while anything else is possible.
+fn not_nan(x: f32) -> f32 {
+    if x.is_nan() { f32::NEG_INFINITY } else { x }
 }
 
 fn max_logit(c: &[Cand]) -> f32 {

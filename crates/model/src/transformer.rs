@@ -25,6 +25,7 @@ use lamina_kernels::pool::{Span, ThreadPool, rows2};
 
 use crate::ModelError;
 use crate::hparams::{Arch, HParams, Window};
+use crate::tokenizer::Tokenizer;
 use crate::weights::{Linear, Loader, Store, forward_many, store_panels};
 
 /// One block's weights.
@@ -242,6 +243,19 @@ impl Model {
         self.output.is_some()
     }
 
+    /// Refuses a tokenizer with ids the embedding matrix has no row for (a
+    /// matrix with extra rows is fine: models pad their vocabulary).
+    pub fn check_tokenizer(&self, tok: &Tokenizer) -> Result<(), ModelError> {
+        if tok.n_vocab() > self.hp.n_vocab {
+            return Err(ModelError::Input(format!(
+                "the tokenizer has {} tokens but the model's embedding matrix only {} rows",
+                tok.n_vocab(),
+                self.hp.n_vocab
+            )));
+        }
+        Ok(())
+    }
+
     /// The weight types in use, for reports (`Q8_0 ×168, F32 ×…`).
     pub fn weight_types(&self) -> Vec<(lamina_gguf::GgmlType, usize)> {
         let mut counts: Vec<(lamina_gguf::GgmlType, usize)> = Vec::new();
@@ -327,6 +341,7 @@ impl Model {
                 return Err(ModelError::ContextExceeded {
                     n_tokens: s.len(),
                     n_ctx: self.hp.n_ctx_train,
+                    at_least: false,
                 });
             }
             for (i, p) in s.clone().enumerate() {
@@ -384,6 +399,7 @@ impl Model {
             return Err(ModelError::ContextExceeded {
                 n_tokens: p0 + t,
                 n_ctx: cache.n_ctx,
+                at_least: false,
             });
         }
         let n_out = if all_logits { t } else { t.min(1) };

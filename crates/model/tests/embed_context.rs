@@ -23,7 +23,9 @@ fn long_input_errors_or_truncates() {
 
     let plain = EmbedOptions::default();
     match e.tokenize(&long, &plain) {
-        Err(ModelError::ContextExceeded { n_tokens, n_ctx }) => {
+        Err(ModelError::ContextExceeded {
+            n_tokens, n_ctx, ..
+        }) => {
             assert_eq!((n_tokens, n_ctx), (full.len(), 2048));
         }
         other => panic!("want ContextExceeded, got {other:?}"),
@@ -57,7 +59,8 @@ fn long_input_errors_or_truncates() {
         e.embed_ids(&[over], &plain, &Rayon),
         Err(ModelError::ContextExceeded {
             n_tokens: 2049,
-            n_ctx: 2048
+            n_ctx: 2048,
+            at_least: false
         })
     ));
     // Truncated among shorter texts in one call: the same vector.

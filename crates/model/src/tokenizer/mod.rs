@@ -11,6 +11,7 @@
 //! text.
 
 mod bpe;
+mod encode;
 mod pretok;
 mod special;
 mod spm;
@@ -27,6 +28,10 @@ pub use stream::StreamDecoder;
 
 use pretok::Splitter;
 use table::{MergeTable, StrTable};
+
+/// The largest vocabulary accepted: real ones stay under 300k tokens, and the
+/// bound keeps a hostile token count from sizing tables by the gigabyte.
+pub const MAX_VOCAB: usize = 1 << 24;
 
 /// A tokenizer could not be built from the metadata.
 #[derive(Debug, thiserror::Error)]
@@ -63,7 +68,7 @@ pub enum TokenizerError {
     DuplicateToken { first: u32, id: u32, text: String },
     #[error("the vocabulary (tokenizer.ggml.tokens) is empty")]
     EmptyVocab,
-    #[error("the vocabulary has {0} tokens, more than llama.cpp's 32-bit ids address")]
+    #[error("the vocabulary has {0} tokens, more than the {MAX_VOCAB} this tokenizer accepts")]
     TooManyTokens(usize),
     #[error("pre-tokenizer: {0}")]
     Regex(String),
@@ -137,6 +142,9 @@ pub struct Tokenizer {
     /// Finds which of `special_cache` occur in a text; built on first use so
     /// loading stays fast.
     special_finder: OnceLock<Option<AhoCorasick>>,
+    /// Bounds the token count from the input bytes where the vocabulary
+    /// allows it ([`Tokenizer::encode_within`]); computed on first use.
+    span_bound: OnceLock<Option<encode::SpanBound>>,
 }
 
 /// Picks one id field of [`SpecialTokens`].
@@ -243,7 +251,7 @@ impl Tokenizer {
         if n == 0 {
             return Err(TokenizerError::EmptyVocab);
         }
-        if n > i32::MAX as usize {
+        if n > MAX_VOCAB {
             return Err(TokenizerError::TooManyTokens(n));
         }
         let mut tokens = StrTable::with_capacity(n, n * 8);
@@ -320,7 +328,9 @@ impl Tokenizer {
             const MERGES: &str = "tokenizer.ggml.merges";
             let list = opt_array(g, MERGES, &[ValueType::String], "array of string")?
                 .ok_or_else(|| lamina_gguf::Error::MissingKey(MERGES.to_string()))?;
-            let mut merges = MergeTable::with_capacity(list.len());
+            // A hostile file's count reserves nothing beyond the vocabulary's
+            // scale; the table grows as merges actually parse.
+            let mut merges = MergeTable::with_capacity(list.len().min(2 * MAX_VOCAB));
             for (i, m) in list.strings().into_iter().flatten().enumerate() {
                 // llama.cpp splits at the first space after the first byte.
                 let pos = m.iter().skip(1).position(|&b| b == b' ').map(|p| p + 1);
@@ -444,6 +454,7 @@ impl Tokenizer {
             byte_token,
             special_cache,
             special_finder: OnceLock::new(),
+            span_bound: OnceLock::new(),
         })
     }
 
@@ -497,116 +508,6 @@ impl Tokenizer {
     /// llama.cpp's attribute bits of a token ([`attr`]); 0 for ids out of range.
     pub fn token_attr(&self, id: u32) -> u32 {
         self.attrs.get(id as usize).copied().unwrap_or(0)
-    }
-
-    /// `llama_tokenize(text, add_special, parse_special)`.
-    pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<u32> {
-        self.encode_bytes(text.as_bytes(), add_special, parse_special)
-    }
-
-    /// [`Tokenizer::encode`] for text that need not be valid UTF-8.
-    pub fn encode_bytes(&self, text: &[u8], add_special: bool, parse_special: bool) -> Vec<u32> {
-        let fragments = self.partition(text, parse_special);
-        let mut out = Vec::with_capacity(text.len() / 3 + 2);
-        if add_special && self.add_bos {
-            out.extend(self.special.bos);
-        }
-        match &self.kind {
-            Kind::Spm => {
-                // A space is prefixed to the first fragment and to any that
-                // follows a special token.
-                let mut prev_special = true;
-                let mut buf = Vec::new();
-                for f in fragments {
-                    match f {
-                        special::Fragment::Text { start, end } => {
-                            buf.clear();
-                            if self.add_space_prefix && prev_special {
-                                buf.extend_from_slice("\u{2581}".as_bytes());
-                            }
-                            for &b in &text[start..end] {
-                                if b == b' ' {
-                                    buf.extend_from_slice("\u{2581}".as_bytes());
-                                } else {
-                                    buf.push(b);
-                                }
-                            }
-                            spm::tokenize(
-                                &self.tokens,
-                                &self.scores,
-                                &self.byte_token,
-                                self.special.unk,
-                                &buf,
-                                &mut out,
-                            );
-                            prev_special = false;
-                        }
-                        special::Fragment::Token(id) => {
-                            out.push(id);
-                            prev_special = true;
-                        }
-                    }
-                }
-            }
-            Kind::Bpe {
-                merges,
-                splitters,
-                ignore_merges,
-            } => {
-                let bpe = bpe::Bpe {
-                    tokens: &self.tokens,
-                    merges,
-                    ignore_merges: *ignore_merges,
-                    byte_token: &self.byte_token,
-                };
-                let mut session = bpe::Session::default();
-                for f in fragments {
-                    match f {
-                        special::Fragment::Text { start, end } => {
-                            for word in pretok::split(&text[start..end], splitters) {
-                                bpe.word(&mut session, &word, &mut out);
-                            }
-                        }
-                        special::Fragment::Token(id) => out.push(id),
-                    }
-                }
-            }
-        }
-        if add_special && self.add_eos {
-            out.extend(self.special.eos);
-        }
-        out
-    }
-
-    /// Cut `text` on the special tokens that apply: all of them with
-    /// `parse_special`, else only USER_DEFINED ones (as llama.cpp does).
-    fn partition(&self, text: &[u8], parse_special: bool) -> Vec<special::Fragment> {
-        if text.is_empty() {
-            return Vec::new();
-        }
-        let finder = self.special_finder.get_or_init(|| {
-            AhoCorasick::new(self.special_cache.iter().map(|&id| self.tokens.get(id))).ok()
-        });
-        let present: Vec<usize> = match finder {
-            Some(ac) => special::present(ac, text),
-            None => (0..self.special_cache.len()).collect(),
-        };
-        let specials = present
-            .into_iter()
-            .map(|i| self.special_cache[i])
-            .filter(|&id| {
-                parse_special || self.attrs[id as usize] & (attr::CONTROL | attr::UNKNOWN) == 0
-            })
-            .map(|id| {
-                let a = self.attrs[id as usize];
-                special::Special {
-                    id,
-                    text: self.tokens.get(id),
-                    lstrip: a & attr::LSTRIP != 0,
-                    rstrip: a & attr::RSTRIP != 0,
-                }
-            });
-        special::partition(text, specials)
     }
 
     /// `llama_token_to_piece(id, lstrip = 0, special)`: the bytes a token

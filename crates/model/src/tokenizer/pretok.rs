@@ -195,9 +195,28 @@ fn collapse_regex(expr: &str) -> Result<String, String> {
     Ok(out)
 }
 
-/// Split `text` into words with the given splitters; each word is the UTF-8
-/// of its codepoints (invalid input bytes come back as U+FFFD).
-pub(crate) fn split(text: &[u8], splitters: &[Splitter]) -> Vec<Vec<u32>> {
+/// The words of a text: its codepoints and the length of each word, so a
+/// text of many short words costs no allocation per word.
+pub(crate) struct Words {
+    cpts: Vec<u32>,
+    lens: Vec<usize>,
+}
+
+impl Words {
+    /// Each word's codepoints, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &[u32]> {
+        let mut start = 0;
+        self.lens.iter().map(move |&len| {
+            let w = &self.cpts[start..start + len];
+            start += len;
+            w
+        })
+    }
+}
+
+/// Split `text` into words with the given splitters; a word's codepoints
+/// are those of its UTF-8 (invalid input bytes come back as U+FFFD).
+pub(crate) fn split(text: &[u8], splitters: &[Splitter]) -> Words {
     let cpts = cpts_from_utf8(text);
     let mut offsets = vec![cpts.len()];
     let mut collapsed: Option<Indexed> = None;
@@ -222,13 +241,10 @@ pub(crate) fn split(text: &[u8], splitters: &[Splitter]) -> Vec<Vec<u32>> {
             }
         };
     }
-    let mut words = Vec::with_capacity(offsets.len());
-    let mut start = 0;
-    for len in offsets {
-        words.push(cpts[start..start + len].to_vec());
-        start += len;
+    Words {
+        cpts,
+        lens: offsets,
     }
-    words
 }
 
 /// A one-character-per-codepoint stand-in for the text, with the byte
@@ -565,7 +581,7 @@ mod tests {
     fn words(text: &str, exprs: &[&str]) -> Vec<String> {
         let s: Vec<Splitter> = exprs.iter().map(|e| Splitter::new(e).unwrap()).collect();
         split(text.as_bytes(), &s)
-            .into_iter()
+            .iter()
             .map(|w| w.iter().map(|&c| char::from_u32(c).unwrap()).collect())
             .collect()
     }

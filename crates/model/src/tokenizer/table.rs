@@ -122,6 +122,11 @@ impl MergeTable {
             .map(|&k| self.meta[k as usize].0)
     }
 
+    /// The joined text (left then right) of every kept merge.
+    pub fn joined(&self) -> impl Iterator<Item = &[u8]> {
+        (0..self.meta.len() as u32).map(|k| self.parts.get(k))
+    }
+
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.meta.len()

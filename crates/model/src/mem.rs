@@ -1,0 +1,83 @@
+//! Memory a generation session needs, checked before anything is
+//! allocated: a hostile `context_length` or a huge `--ctx` gets an error
+//! naming the context, not an arithmetic overflow or an aborting allocation.
+
+use crate::ModelError;
+use crate::hparams::HParams;
+use crate::transformer::KvType;
+
+/// Bytes of the KV cache, the batch workspace and the per-token buffers of
+/// a session (`None` only if the count overflows 128 bits, which it cannot).
+pub fn session_bytes(hp: &HParams, n_ctx: usize, kv: KvType, batch: usize) -> Option<u128> {
+    let u = |x: usize| x as u128;
+    let elem = match kv {
+        KvType::F16 => 2,
+        KvType::F32 => 4,
+    };
+    let kv_cache = u(hp.n_layer)
+        .checked_mul(2)?
+        .checked_mul(u(n_ctx))?
+        .checked_mul(u(hp.kv_dim()))?
+        .checked_mul(elem)?;
+    // Workspace::ensure: x, xn, o, q, att, k, v, gate, up, rope and the
+    // quantized-activation scratch, all f32, plus positions and sequences.
+    let widest = hp.n_embd.max(hp.n_ff).max(hp.q_dim());
+    let per_token = 3 * u(hp.n_embd)
+        + 2 * u(hp.q_dim())
+        + 2 * u(hp.kv_dim())
+        + 2 * u(hp.n_ff)
+        + 2 * u(hp.rope_dims)
+        + u(widest);
+    let workspace = u(batch).checked_mul(per_token.checked_mul(4)? + 24)?;
+    // The token list and the logits.
+    let rest = u(n_ctx) * 4 + u(hp.n_vocab) * 4;
+    kv_cache.checked_add(workspace)?.checked_add(rest)
+}
+
+/// The machine's memory and swap in bytes (Linux), if known.
+pub fn machine_bytes() -> Option<u128> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib = |key: &str| -> Option<u128> {
+        let line = info.lines().find(|l| l.starts_with(key))?;
+        line[key.len()..]
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()
+    };
+    Some((kib("MemTotal:")? + kib("SwapTotal:").unwrap_or(0)) * 1024)
+}
+
+/// Refuses a session that cannot fit: more bytes than `usize` addresses, or
+/// than the machine has in memory and swap.
+pub fn check_session(
+    hp: &HParams,
+    n_ctx: usize,
+    kv: KvType,
+    batch: usize,
+) -> Result<(), ModelError> {
+    check_against(hp, n_ctx, kv, batch, machine_bytes())
+}
+
+fn check_against(
+    hp: &HParams,
+    n_ctx: usize,
+    kv: KvType,
+    batch: usize,
+    limit: Option<u128>,
+) -> Result<(), ModelError> {
+    let need = session_bytes(hp, n_ctx, kv, batch).unwrap_or(u128::MAX);
+    let addressable = u128::from(isize::MAX as u64);
+    let limit = limit.unwrap_or(addressable).min(addressable);
+    if need > limit {
+        let gib = |b: u128| b as f64 / f64::from(1u32 << 30);
+        return Err(ModelError::Input(format!(
+            "a context of {n_ctx} tokens needs {:.1} GiB for its KV cache and buffers, more than the {:.1} GiB \
+             this machine has: lower --ctx",
+            gib(need),
+            gib(limit)
+        )));
+    }
+    Ok(())
+}
