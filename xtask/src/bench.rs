@@ -16,11 +16,15 @@
 //!   cache, as llama-bench's `-n` test does. tg128 also as GB/s of weights
 //!   read (the model's weight bytes per token × tokens/s) against the memory
 //!   bandwidth lamina's run measured before and after its tg runs
-//!   (`lamina_kernels::probe`'s read of 1 GiB, the better of the two).
-//!   lamina reads the model into memory (`--no-mmap`): its weights then lie
-//!   on 2 MiB pages as the probe's buffer does, whatever pages the file's
-//!   page cache holds (a file written by `cargo xtask models` and mapped
-//!   since stays in 4 KiB pages, 5-10 % slower to stream).
+//!   (`lamina_kernels::probe`'s read of 1 GiB, the best of them, the same
+//!   denominator for both engines), judged only for models whose weights are
+//!   at least twice the last-level cache ([`crate::bench_rules`]).
+//!   Both engines run at their defaults (weights mapped from the file) with
+//!   one warm-up run each; llama.cpp also with `OMP_WAIT_POLICY=passive`.
+//!
+//! The load average is sampled during the run; on a busy machine (load
+//! beyond the benchmark's own threads over half the cores) no headline table
+//! is printed and the command fails ([`crate::bench_rules::busy`]).
 //! * `kernels` — `cargo bench -p lamina-kernels`, passed through.
 //! * `serve` — `lamina serve` under load from `--clients` concurrent clients
 //!   for `--secs` seconds (see [`crate::serve`]); not part of `all`.
@@ -39,6 +43,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::{Value, json};
 
+use crate::bench_rules::{self as rules, WARMUP_RUNS, load_average};
 use crate::llama_cpp::{self, llama_cpp_bin};
 use crate::{cargo, lamina_bin, models, run, target_dir};
 
@@ -99,22 +104,21 @@ pub(crate) struct Args {
     reps: usize,
     #[command(flatten)]
     serve: crate::serve::ServeArgs,
-    /// Run llama.cpp with OMP_WAIT_POLICY=passive. Its OpenMP threads
-    /// spin-wait by default, which collapses (10-100× slower) when other
-    /// processes share the cores; use this on a busy machine only.
+    /// Print the table even when the machine was busy (labelled so, and the
+    /// command still fails): such figures are not for docs/BENCHMARKS.md.
     #[arg(long)]
-    omp_passive: bool,
+    allow_busy: bool,
 }
 
-impl Args {
-    /// A llama.cpp command with this run's environment.
-    fn llama(&self, program: &Path) -> Command {
-        let mut cmd = Command::new(program);
-        if self.omp_passive {
-            cmd.env("OMP_WAIT_POLICY", "passive");
-        }
-        cmd
+/// A llama.cpp command: at its defaults, or with `OMP_WAIT_POLICY=passive`
+/// (its OpenMP threads then sleep instead of spin-waiting, which suffers
+/// most when other processes share the cores); the table shows both.
+fn llama(program: &Path, passive: bool) -> Command {
+    let mut cmd = Command::new(program);
+    if passive {
+        cmd.env("OMP_WAIT_POLICY", "passive");
     }
+    cmd
 }
 
 /// The `LAMINA_*` variables that change how lamina runs (thread pool, ISA,
@@ -129,16 +133,6 @@ fn lamina_env() -> serde_json::Map<String, Value> {
     .iter()
     .filter_map(|k| Some((k.to_string(), json!(std::env::var(k).ok()?))))
     .collect()
-}
-
-/// The 1-minute load average.
-fn load_average() -> Option<f64> {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
 }
 
 pub(crate) fn run_cmd(args: Args) -> Result<()> {
@@ -164,30 +158,40 @@ pub(crate) fn run_cmd(args: Args) -> Result<()> {
     ensure!(threads >= 1, "--threads must be at least 1");
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let load = load_average();
-    if let Some(l) = load
-        && l > 0.5 * cores as f64
-    {
-        eprintln!(
-            "warning: load average {l:.1} on {cores} cores: the machine is busy and the figures \
-             will be noisy (llama.cpp's spinning OpenMP threads suffer most: see --omp-passive)"
-        );
+    if let Some(why) = rules::busy(load, &[], threads, cores) {
+        eprintln!("warning: {why}: the machine is busy; no headline table will be printed");
     }
     let mut report = Report::new(threads);
     report.load_before = load;
-    report.omp_passive = args.omp_passive;
     let w = args.what;
+    let sampler = rules::LoadSampler::start();
     if matches!(w, Workload::Embed | Workload::All) {
         embed(&args, threads, &mut report)?;
     }
     if matches!(w, Workload::Generate | Workload::All) {
         generate(&args, threads, &mut report)?;
     }
+    report.load_during = sampler.finish();
+    let busy = rules::busy(load, &report.load_during, threads, cores);
     if !report.rows.is_empty() {
-        println!("{}", report.markdown());
         if args.json {
             let path = report.write_json()?;
             println!("samples: {}", path.display());
         }
+        match &busy {
+            None => println!("{}", report.markdown()),
+            Some(why) if args.allow_busy => {
+                println!("BUSY MACHINE ({why}): not a headline table\n");
+                println!("{}", report.markdown());
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some(why) = busy {
+        bail!(
+            "the machine was busy ({why}): no headline table; rerun on a quiet machine \
+             (--allow-busy prints the figures, labelled)"
+        );
     }
     if matches!(w, Workload::Kernels | Workload::All) {
         run(cargo().args(["bench", "-p", "lamina-kernels"]))?;
@@ -285,6 +289,8 @@ struct Row {
     figure: String,
     lamina: std::result::Result<Cell, String>,
     llama: std::result::Result<Cell, String>,
+    /// llama.cpp with `OMP_WAIT_POLICY=passive`, where measured.
+    llama_passive: Option<std::result::Result<Cell, String>>,
     better: Better,
 }
 
@@ -297,7 +303,8 @@ struct Report {
     llama_commit: Option<String>,
     models: Vec<String>,
     load_before: Option<f64>,
-    omp_passive: bool,
+    /// The load average sampled during the run.
+    load_during: Vec<f64>,
 }
 
 impl Report {
@@ -310,7 +317,7 @@ impl Report {
             llama_commit: None,
             models: Vec::new(),
             load_before: None,
-            omp_passive: false,
+            load_during: Vec::new(),
         }
     }
 
@@ -325,8 +332,23 @@ impl Report {
             figure: figure.into(),
             lamina,
             llama,
+            llama_passive: None,
             better,
         });
+    }
+
+    /// A row with llama.cpp measured at its defaults and with
+    /// `OMP_WAIT_POLICY=passive`.
+    fn row2(
+        &mut self,
+        figure: impl Into<String>,
+        better: Better,
+        lamina: std::result::Result<Cell, String>,
+        llama: std::result::Result<Cell, String>,
+        llama_passive: std::result::Result<Cell, String>,
+    ) {
+        self.row(figure, better, lamina, llama);
+        self.rows.last_mut().expect("just pushed").llama_passive = Some(llama_passive);
     }
 
     fn markdown(&self) -> String {
@@ -336,7 +358,7 @@ impl Report {
                 Ok(c) => c.text.clone(),
                 Err(why) => why.clone(),
             };
-            let ratio = match (&r.lamina, &r.llama) {
+            let ratio = |theirs: &std::result::Result<Cell, String>| match (&r.lamina, theirs) {
                 (Ok(a), Ok(b)) if b.value > 0.0 => format!("{:.2}×", a.value / b.value),
                 _ => "—".to_string(),
             };
@@ -344,16 +366,22 @@ impl Report {
                 Better::Lower => "lower",
                 Better::Higher => "higher",
             };
+            let (passive, passive_ratio) = match &r.llama_passive {
+                Some(p) => (show(p), ratio(p)),
+                None => ("—".to_string(), "—".to_string()),
+            };
             rows.push(vec![
                 r.figure.clone(),
                 show(&r.lamina),
                 show(&r.llama),
-                ratio,
+                ratio(&r.llama),
+                passive,
+                passive_ratio,
                 better.to_string(),
             ]);
         }
         let head = format!(
-            "{}, {} threads, ISA {}, lamina {}{}, llama.cpp {}{}; load average {} before, {} after\n\n",
+            "{}, {} threads, ISA {}, lamina {}{}, llama.cpp {}; {}; load average {} before, {} during, {} after\n\n",
             cpu_model(),
             self.threads,
             self.isa.as_deref().unwrap_or("?"),
@@ -363,13 +391,10 @@ impl Report {
                 .map(|(k, v)| format!(" {k}={}", v.as_str().unwrap_or("")))
                 .collect::<String>(),
             self.llama_commit.as_deref().unwrap_or("?"),
-            if self.omp_passive {
-                " (OMP_WAIT_POLICY=passive)"
-            } else {
-                ""
-            },
+            rules::DEFAULTS_NOTE,
             self.load_before
                 .map_or_else(|| "?".into(), |l| format!("{l:.1}")),
+            rules::describe_load(&self.load_during),
             load_average().map_or_else(|| "?".into(), |l| format!("{l:.1}")),
         );
         head + &markdown_table(
@@ -378,6 +403,8 @@ impl Report {
                 "lamina",
                 "llama.cpp",
                 "lamina / llama.cpp",
+                "llama.cpp OMP_WAIT_POLICY=passive",
+                "lamina / passive",
                 "better when",
             ],
             &rows,
@@ -398,6 +425,7 @@ impl Report {
                     Err(why) => json!({"unavailable": why}),
                 };
                 json!({"figure": r.figure, "lamina": cell(&r.lamina), "llama_cpp": cell(&r.llama),
+                       "llama_cpp_omp_passive": r.llama_passive.as_ref().map(cell),
                        "better": if r.better == Better::Lower { "lower" } else { "higher" }})
             })
             .collect();
@@ -406,9 +434,10 @@ impl Report {
             "machine": {"cpu": cpu_model(), "cores": std::thread::available_parallelism().map_or(0, |n| n.get())},
             "threads": self.threads,
             "load_average_before": self.load_before,
+            "load_average_during": self.load_during,
             "load_average_after": load_average(),
             "lamina_env": lamina_env(),
-            "llama_cpp_env": if self.omp_passive { json!({"OMP_WAIT_POLICY": "passive"}) } else { json!({}) },
+            "settings": rules::DEFAULTS_NOTE,
             "isa": self.isa,
             "lamina_commit": git_commit(),
             "llama_cpp_commit": self.llama_commit,
@@ -880,7 +909,15 @@ fn embed(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
         eprintln!("  {label} text: lamina");
         let m = measure_ok(
             Command::new(&lamina)
-                .args(["bench", "embed", "--json", "--warmup", "3", "-t", &t])
+                .args([
+                    "bench",
+                    "embed",
+                    "--json",
+                    "--warmup",
+                    &WARMUP_RUNS.to_string(),
+                    "-t",
+                    &t,
+                ])
                 .args(["--runs", &args.runs.to_string(), "--text", text, "-m"])
                 .arg(&model),
         )?;
@@ -888,45 +925,59 @@ fn embed(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
         report.isa = v["isa"].as_str().map(str::to_string);
         let tokens = v["tokens"].as_u64().context("lamina bench: tokens")?;
         let ours = f64s(&v["samples_ms"]);
-        eprintln!("  {label} text ({tokens} tokens): llama.cpp");
-        let out = capture_ok(
-            args.llama(&lbench)
-                .args(["-m"])
-                .arg(&model)
-                .args(["-p", &tokens.to_string(), "-n", "0", "-t", &t])
-                .args([
-                    "-r",
-                    &args.runs.to_string(),
-                    "--embeddings",
-                    "1",
-                    "-o",
-                    "json",
-                ]),
-        )?;
-        let tests = parse_llama_bench(&String::from_utf8_lossy(&out.stdout))?;
-        let test = tests.first().context("llama-bench printed no test")?;
-        report.llama_commit = report
-            .llama_commit
-            .take()
-            .or_else(|| test.build_commit.clone());
-        let theirs: Vec<f64> = test.samples_ns.iter().map(|ns| ns / 1e6).collect();
-        let (a, b) = (stats(&ours), stats(&theirs));
-        report.row(
+        // llama-bench, at its defaults and with passive OpenMP threads.
+        let mut theirs_by_env = Vec::new();
+        for passive in [false, true] {
+            eprintln!("  {label} text ({tokens} tokens): llama.cpp (OMP passive: {passive})");
+            let out = capture_ok(
+                llama(&lbench, passive)
+                    .args(["-m"])
+                    .arg(&model)
+                    .args(["-p", &tokens.to_string(), "-n", "0", "-t", &t])
+                    .args([
+                        "-r",
+                        &args.runs.to_string(),
+                        "--embeddings",
+                        "1",
+                        "-o",
+                        "json",
+                    ]),
+            )?;
+            let tests = parse_llama_bench(&String::from_utf8_lossy(&out.stdout))?;
+            let test = tests.first().context("llama-bench printed no test")?;
+            report.llama_commit = report
+                .llama_commit
+                .take()
+                .or_else(|| test.build_commit.clone());
+            theirs_by_env.push(
+                test.samples_ns
+                    .iter()
+                    .map(|ns| ns / 1e6)
+                    .collect::<Vec<f64>>(),
+            );
+        }
+        let theirs = theirs_by_env[0].clone();
+        let passive = theirs_by_env[1].clone();
+        let (a, b, c) = (stats(&ours), stats(&theirs), stats(&passive));
+        report.row2(
             format!("{label} text ({tokens} tok) P50"),
             Better::Lower,
             Ok(Cell::ms(a.p50)),
             Ok(Cell::ms(b.p50)),
+            Ok(Cell::ms(c.p50)),
         );
-        report.row(
+        report.row2(
             format!("{label} text ({tokens} tok) P95"),
             Better::Lower,
             Ok(Cell::ms(a.p95)),
             Ok(Cell::ms(b.p95)),
+            Ok(Cell::ms(c.p95)),
         );
         report.detail.insert(
             format!("latency_{label}"),
             json!({"text": text, "tokens": tokens,
                    "lamina_ms": ours, "lamina_p50": a.p50, "lamina_p95": a.p95, "lamina_mean": a.mean, "lamina_stddev": a.stddev,
+                   "llama_cpp_omp_passive_ms": passive,
                    "llama_cpp_ms": theirs, "llama_cpp_p50": b.p50, "llama_cpp_p95": b.p95, "llama_cpp_mean": b.mean, "llama_cpp_stddev": b.stddev,
                    "llama_cpp_command": format!("llama-bench -m MODEL -p {tokens} -n 0 -t {t} -r {} --embeddings 1 -o json", args.runs)}),
         );
@@ -941,7 +992,15 @@ fn embed(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
     eprintln!("  batch of {BATCH}: lamina");
     let m = measure_ok(
         Command::new(&lamina)
-            .args(["bench", "embed", "--json", "--warmup", "1", "-t", &t])
+            .args([
+                "bench",
+                "embed",
+                "--json",
+                "--warmup",
+                &WARMUP_RUNS.to_string(),
+                "-t",
+                &t,
+            ])
             .args(["--runs", &args.reps.to_string(), "--text", SHORT_TEXT])
             .args(["--batch", &BATCH.to_string(), "-m"])
             .arg(&model),
@@ -954,6 +1013,7 @@ fn embed(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
         .collect();
     let ours_peak = m.peak;
     let mut theirs = Vec::new();
+    let mut theirs_passive = Vec::new();
     let mut theirs_peak = Peak::default();
     let mut their_tokens = 0;
     let mut their_prompt_eval = Vec::new();
@@ -974,15 +1034,23 @@ fn embed(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
             .args(["-lv", "4", "--embd-output-format", "array", "-f"])
             .arg(&batch_file);
     };
-    for i in 0..args.reps {
-        eprintln!("  batch of {BATCH}: llama.cpp {}/{}", i + 1, args.reps);
-        let mut cmd = args.llama(&lembed);
+    for (i, passive) in (0..args.reps).flat_map(|i| [(i, false), (i, true)]) {
+        eprintln!(
+            "  batch of {BATCH}: llama.cpp {}/{} (OMP passive: {passive})",
+            i + 1,
+            args.reps
+        );
+        let mut cmd = llama(&lembed, passive);
         llama_batch(&mut cmd);
         let m = measure_ok(&mut cmd)?;
         let log = String::from_utf8_lossy(&m.output.stderr);
         let (rate, n) = parse_decode_rate(&log).context(
             "llama-embedding logged fewer than 3 `batch_decode` passes (is -lv 4 honoured?)",
         )?;
+        if passive {
+            theirs_passive.push(BATCH as f64 * rate / n as f64);
+            continue;
+        }
         theirs.push(BATCH as f64 * rate / n as f64);
         their_tokens = n;
         if let Some((ms, _)) = parse_prompt_eval(&log) {
@@ -992,12 +1060,13 @@ fn embed(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
             theirs_peak = m.peak;
         }
     }
-    let (a, b) = (stats(&ours), stats(&theirs));
-    report.row(
+    let (a, b, c) = (stats(&ours), stats(&theirs), stats(&theirs_passive));
+    report.row2(
         format!("batch of {BATCH} (~{batch_tokens} tok), embeddings/s"),
         Better::Higher,
         Ok(Cell::rate(&a, "/s")),
         Ok(Cell::rate(&b, "/s")),
+        Ok(Cell::rate(&c, "/s")),
     );
     report.row(
         format!("peak RSS, batch of {BATCH}"),
@@ -1009,9 +1078,10 @@ fn embed(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
         "batch".into(),
         json!({"texts": texts.len(), "lamina_tokens": batch_tokens, "llama_cpp_tokens": their_tokens,
                "lamina_embeddings_per_s": ours, "llama_cpp_embeddings_per_s": theirs,
+               "llama_cpp_omp_passive_embeddings_per_s": theirs_passive,
                "llama_cpp_embeddings_per_s_by_prompt_eval_time": their_prompt_eval,
                "lamina_peak": ours_peak.json(), "llama_cpp_peak": theirs_peak.json(),
-               "lamina_command": format!("lamina bench embed --batch {BATCH} --runs {} --warmup 1 -t {t}", args.reps),
+               "lamina_command": format!("lamina bench embed --batch {BATCH} --runs {} --warmup {WARMUP_RUNS} -t {t}", args.reps),
                "llama_cpp_command": format!("llama-embedding -m MODEL -t {t} -c {LLAMA_BATCH} -b {LLAMA_BATCH} -ub {LLAMA_BATCH} -lv 4 --embd-output-format array -f BATCH_FILE; embeddings/s = {BATCH} × tokens/s of the logged passes after the first / tokens of all passes")}),
     );
 
@@ -1028,6 +1098,7 @@ fn embed(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
     // Whole process, one short text, alternating.
     let mut ours_wall = Vec::new();
     let mut theirs_wall = Vec::new();
+    let mut theirs_no_warmup = Vec::new();
     let mut ours_peak = Peak::default();
     let mut theirs_peak = Peak::default();
     for i in 0..args.reps {
@@ -1040,23 +1111,42 @@ fn embed(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
         )?;
         ours_wall.push(m.wall_s * 1e3);
         ours_peak = ours_peak.max_by_hwm(m.peak);
-        let m = measure_ok(args.llama(&lembed).arg("-m").arg(&model).args([
-            "-t",
-            &t,
-            "--embd-output-format",
-            "array",
-            "-p",
-            SHORT_TEXT,
-        ]))?;
+        let one_shot = |no_warmup: bool| {
+            let mut cmd = llama(&lembed, false);
+            cmd.arg("-m").arg(&model).args([
+                "-t",
+                &t,
+                "--embd-output-format",
+                "array",
+                "-p",
+                SHORT_TEXT,
+            ]);
+            if no_warmup {
+                cmd.arg("--no-warmup");
+            }
+            measure_ok(&mut cmd)
+        };
+        let m = one_shot(false)?;
         theirs_wall.push(m.wall_s * 1e3);
         theirs_peak = theirs_peak.max_by_hwm(m.peak);
+        theirs_no_warmup.push(one_shot(true)?.wall_s * 1e3);
     }
-    let (a, b) = (stats(&ours_wall), stats(&theirs_wall));
+    let (a, b, c) = (
+        stats(&ours_wall),
+        stats(&theirs_wall),
+        stats(&theirs_no_warmup),
+    );
     report.row(
-        "one-shot CLI embedding, whole process (median)",
+        rules::ONE_SHOT_LABEL,
         Better::Lower,
         Ok(Cell::ms(a.p50)),
         Ok(Cell::ms(b.p50)),
+    );
+    report.row(
+        rules::ONE_SHOT_NO_WARMUP_LABEL,
+        Better::Lower,
+        Ok(Cell::ms(a.p50)),
+        Ok(Cell::ms(c.p50)),
     );
     report.row(
         "peak RSS, one-shot CLI embedding",
@@ -1067,6 +1157,7 @@ fn embed(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
     report.detail.insert(
         "one_shot".into(),
         json!({"text": SHORT_TEXT, "lamina_wall_ms": ours_wall, "llama_cpp_wall_ms": theirs_wall,
+               "llama_cpp_no_warmup_wall_ms": theirs_no_warmup,
                "idle_lamina": {"rss_kb": idle.rss_kb, "file_kb": idle.rss_file_kb, "anon_kb": idle.rss_anon_kb},
                "lamina_peak": ours_peak.json(), "llama_cpp_peak": theirs_peak.json(),
                "lamina_command": format!("lamina embed -t {t} -m MODEL TEXT"),
@@ -1188,16 +1279,7 @@ fn generate(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
         type Run = std::result::Result<(LaminaGenerate, Option<String>), String>;
         let run_lamina = |pp: &str, n: &str| -> Run {
             let out = Command::new(&lamina)
-                .args([
-                    "bench",
-                    "generate",
-                    "--json",
-                    "--no-mmap",
-                    "--pp",
-                    pp,
-                    "--tg",
-                    n,
-                ])
+                .args(["bench", "generate", "--json", "--pp", pp, "--tg", n])
                 .args(["-t", &t, "--runs", &reps, "-m"])
                 .arg(&model)
                 .stdin(Stdio::null())
@@ -1242,24 +1324,49 @@ fn generate(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
         if let Err(why) = &ours {
             eprintln!("  lamina: {why}");
         }
-        eprintln!("bench generate: {name}: llama.cpp");
-        let out = capture_ok(
-            args.llama(&lbench)
-                .arg("-m")
-                .arg(&model)
-                .args(["-p", "512", "-n", tg, "-t", &t, "-r", &reps, "-o", "json"]),
-        )?;
-        let tests = parse_llama_bench(&String::from_utf8_lossy(&out.stdout))?;
+        let mut by_env = Vec::new();
+        for passive in [false, true] {
+            eprintln!("bench generate: {name}: llama.cpp (OMP passive: {passive})");
+            let out = capture_ok(
+                llama(&lbench, passive)
+                    .arg("-m")
+                    .arg(&model)
+                    .args(["-p", "512", "-n", tg, "-t", &t, "-r", &reps, "-o", "json"]),
+            )?;
+            by_env.push(parse_llama_bench(&String::from_utf8_lossy(&out.stdout))?);
+        }
+        let (tests, tests_passive) = (&by_env[0], &by_env[1]);
         if report.llama_commit.is_none() {
             report.llama_commit = tests.first().and_then(|x| x.build_commit.clone());
         }
-        let pp = tests.iter().find(|x| x.n_prompt == 512 && x.n_gen == 0);
-        let tgt = tests.iter().find(|x| x.n_prompt == 0 && x.n_gen == 128);
+        let find = |tests: &[LlamaBenchTest], p: u64, g: u64| {
+            tests
+                .iter()
+                .find(|x| x.n_prompt == p && x.n_gen == g)
+                .cloned()
+        };
+        let pp = find(tests, 512, 0);
+        let tgt = find(tests, 0, 128);
         let figures = [
-            ("pp512", pp, ours.as_ref().map(|o| o.pp_samples.clone())),
-            ("tg128", tgt, ours.as_ref().map(|o| o.tg_samples.clone())),
+            (
+                "pp512",
+                pp,
+                find(tests_passive, 512, 0),
+                ours.as_ref().map(|o| o.pp_samples.clone()),
+            ),
+            (
+                "tg128",
+                tgt.clone(),
+                find(tests_passive, 0, 128),
+                ours.as_ref().map(|o| o.tg_samples.clone()),
+            ),
         ];
-        for (fig, theirs, ours_samples) in figures {
+        for (fig, theirs, theirs_passive, ours_samples) in figures {
+            let cell = |x: Option<LlamaBenchTest>| match x {
+                Some(x) => Ok(Cell::rate(&stats(&x.samples_ts), "tok/s")),
+                None => Err("missing from llama-bench output".to_string()),
+            };
+            let passive_cell = cell(theirs_passive);
             let theirs = theirs.map(|x| stats(&x.samples_ts));
             let ours_cell = match &ours_samples {
                 Ok(s) if !s.is_empty() => Ok(Cell::rate(&stats(s), "tok/s")),
@@ -1279,50 +1386,54 @@ fn generate(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
                 Some(s) => Ok(Cell::rate(&s, "tok/s")),
                 None => Err("missing from llama-bench output".into()),
             };
-            report.row(
+            report.row2(
                 format!("{name} {fig}"),
                 Better::Higher,
                 ours_cell,
                 theirs_cell,
+                passive_cell,
             );
         }
         // Token generation streams the weights: both engines' tg128 as GB/s
-        // of weights read, against the bandwidth lamina's run measured.
+        // of weights read, against the same denominator (the best of the
+        // bandwidth probes lamina's run took), and judged only where the
+        // weights cannot sit in the last-level cache.
         if let Ok(LaminaGenerate {
             weight_bytes_per_token: Some(bytes),
             memory_bandwidth_gb_s: Some(bw),
-            tg_bandwidth_share,
             core_round_trip_ns,
             ..
         }) = &ours
         {
-            // The threads' round trip, which every parallel region pays, beside
-            // the bandwidth: on a shared VM the two move independently.
-            let trip =
-                core_round_trip_ns.map_or(String::new(), |ns| format!("; round trip {ns:.0} ns"));
             let gbs = |tok_s: f64| bytes * tok_s / 1e9;
-            let of_best = |gbs: f64| format!("{:.0} % of the best probe {bw:.1}", 100.0 * gbs / bw);
             let o = ours.as_ref().expect("Ok above");
             let ours_gbs = gbs(stats(&o.tg_samples).mean);
-            // lamina's runs are judged against the probes taken around each
-            // of them; llama.cpp's, run later, against the best of those.
-            let ours_text = match tg_bandwidth_share {
-                Some(share) => format!(
-                    "{ours_gbs:.1} GB/s ({:.0} % of the probes around each run, median; {}{trip})",
-                    100.0 * share,
-                    of_best(ours_gbs)
-                ),
-                None => format!("{ours_gbs:.1} GB/s ({}{trip})", of_best(ours_gbs)),
-            };
-            let their_tg = tgt.map(|x| stats(&x.samples_ts).mean);
-            report.row(
-                format!("{name} tg128 weights read, of measured bandwidth"),
-                Better::Higher,
-                Ok(Cell::new(ours_gbs, ours_text)),
-                their_tg
-                    .map(|t| Cell::new(gbs(t), format!("{:.1} GB/s ({})", gbs(t), of_best(gbs(t)))))
-                    .ok_or_else(|| "missing from llama-bench output".to_string()),
-            );
+            let their_tg = tgt.as_ref().map(|x| gbs(stats(&x.samples_ts).mean));
+            let figure = format!("{name} tg128 weights read, of measured bandwidth");
+            match rules::bandwidth_judged(*bytes, rules::last_level_cache_bytes()) {
+                Ok(()) => {
+                    // The threads' round trip, which every parallel region
+                    // pays, beside the bandwidth: on a shared VM the two
+                    // move independently.
+                    let trip = core_round_trip_ns
+                        .map_or(String::new(), |ns| format!("; round trip {ns:.0} ns"));
+                    let of_best = |g: f64| {
+                        format!(
+                            "{g:.1} GB/s ({:.0} % of the best probe {bw:.1})",
+                            100.0 * g / bw
+                        )
+                    };
+                    report.row(
+                        figure,
+                        Better::Higher,
+                        Ok(Cell::new(ours_gbs, format!("{}{trip}", of_best(ours_gbs)))),
+                        their_tg
+                            .map(|g| Cell::new(g, of_best(g)))
+                            .ok_or_else(|| "missing from llama-bench output".to_string()),
+                    );
+                }
+                Err(why) => report.row(figure, Better::Higher, Err(why.clone()), Err(why)),
+            }
         }
         report.detail.insert(
             format!("generate_{name}"),
@@ -1335,7 +1446,9 @@ fn generate(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
                                                        "core_round_trip_ns": o.core_round_trip_ns}))
                               .unwrap_or_else(|e| json!({"unavailable": e})),
                 "llama_cpp": tests.iter().map(|x| json!({"n_prompt": x.n_prompt, "n_gen": x.n_gen, "samples_ts": x.samples_ts, "samples_ns": x.samples_ns})).collect::<Vec<_>>(),
-                "lamina_command": format!("lamina bench generate --json --no-mmap --pp 512 --tg 0 -t {t} --runs {reps} -m MODEL; lamina bench generate --json --no-mmap --pp 1 --tg {tg} -t {t} --runs {reps} -m MODEL"),
+                "llama_cpp_omp_passive": tests_passive.iter().map(|x| json!({"n_prompt": x.n_prompt, "n_gen": x.n_gen, "samples_ts": x.samples_ts, "samples_ns": x.samples_ns})).collect::<Vec<_>>(),
+                "last_level_cache_bytes": rules::last_level_cache_bytes(),
+                "lamina_command": format!("lamina bench generate --json --pp 512 --tg 0 -t {t} --runs {reps} -m MODEL; lamina bench generate --json --pp 1 --tg {tg} -t {t} --runs {reps} -m MODEL"),
                 "llama_cpp_command": format!("llama-bench -m MODEL -p 512 -n {tg} -t {t} -r {reps} -o json"),
             }),
         );
@@ -1368,7 +1481,15 @@ fn embed_pp(
     eprintln!("bench generate: {name}: lamina (embedding forward)");
     let out = capture_ok(
         Command::new(lamina)
-            .args(["bench", "embed", "--json", "--warmup", "1", "-t", &t])
+            .args([
+                "bench",
+                "embed",
+                "--json",
+                "--warmup",
+                &WARMUP_RUNS.to_string(),
+                "-t",
+                &t,
+            ])
             .args(["--runs", &reps, "--text", &text, "-m"])
             .arg(model),
     )?;
@@ -1381,7 +1502,7 @@ fn embed_pp(
         .collect();
     eprintln!("bench generate: {name}: llama.cpp (embedding forward)");
     let out = capture_ok(
-        args.llama(lbench)
+        llama(lbench, false)
             .arg("-m")
             .arg(model)
             .args(["-p", &tokens.to_string(), "-n", "0", "-t", &t, "-r", &reps])
@@ -1406,7 +1527,7 @@ fn embed_pp(
     report.detail.insert(
         format!("embed_pp_{name}"),
         json!({"tokens": tokens, "lamina_tokens_per_s": ours, "llama_cpp_tokens_per_s": theirs,
-               "lamina_command": format!("lamina bench embed --json --warmup 1 -t {t} --runs {reps} --text LONG×9 -m MODEL"),
+               "lamina_command": format!("lamina bench embed --json --warmup {WARMUP_RUNS} -t {t} --runs {reps} --text LONG×9 -m MODEL"),
                "llama_cpp_command": format!("llama-bench -m MODEL -p {tokens} -n 0 -t {t} -r {reps} -b {ub} -ub {ub} --embeddings 1 -o json")}),
     );
     Ok(())

@@ -6,9 +6,11 @@
 //!   checks run as tests under `cargo test -p xtask`.
 //! * `cargo xtask test` runs every test: models, the workspace tests, the
 //!   official `openai` Python client against `lamina serve` (see [`serve`];
-//!   skipped, saying why, without Python, pip or the models), the fast
-//!   fidelity checks (`validate --fast`) and the cross-ISA kernel tests
-//!   (`.ci/isa-tests.sh`). `.ci/run` calls it.
+//!   skipped, saying why, without Python or pip), every fidelity check
+//!   (`validate --require-models`) and the cross-ISA kernel tests
+//!   (`.ci/isa-tests.sh`). `.ci/run` calls it. It sets
+//!   `LAMINA_REQUIRE_MODELS=1`, so a test or check that cannot find its
+//!   model, or finds another file than its gold's, fails instead of skipping.
 //! * `cargo xtask openai-client` runs only the `openai` client test.
 //! * `cargo xtask quickstart` fetches the default model and inspects it.
 //! * `cargo xtask llama-cpp [--force]` builds the reference llama.cpp tools
@@ -16,13 +18,17 @@
 //! * `cargo xtask bench [embed|generate|kernels|serve|all]` measures lamina and
 //!   llama.cpp side by side (see [`bench`]).
 //! * `cargo xtask profile WORKLOAD` records a CPU profile (see [`profile`]).
-//! * `cargo xtask validate [--live] [--fast | --only CHECKS]` runs the
+//! * `cargo xtask validate [--live] [--require-models] [--fast | --only CHECKS]` runs the
 //!   fidelity checks against llama.cpp's gold (see [`validate`]).
 
 mod bench;
+mod bench_rules;
 mod llama_cpp;
 mod models;
 mod profile;
+#[path = "../../testdata/require_models.rs"]
+#[allow(dead_code)] // the tests' helpers use the rest
+mod require_models;
 mod serve;
 mod tidy;
 mod validate;
@@ -95,17 +101,19 @@ fn main() -> Result<()> {
             let dir = models::default_dir()?;
             models::fetch_all(&dir)?;
             let root = workspace_root();
+            // Every test that cannot find its model fails instead of skipping.
             run(cargo()
                 .args(["test", "--workspace", "--all-targets"])
-                .env("LAMINA_MODELS", &dir))?;
-            serve::openai_client_test()?;
-            validate::run_cmd(validate::Args::fast())?;
+                .env("LAMINA_MODELS", &dir)
+                .env(require_models::REQUIRE_MODELS, "1"))?;
+            serve::openai_client_test(true)?;
+            validate::run_cmd(validate::Args::ci())?;
             if !no_isa {
                 run(Cmd::new("bash").arg(root.join(".ci/isa-tests.sh")))?;
             }
             Ok(())
         }
-        Command::OpenaiClient => serve::openai_client_test(),
+        Command::OpenaiClient => serve::openai_client_test(require_models::models_required()),
         Command::Quickstart => {
             let dir = models::default_dir()?;
             models::fetch_all(&dir)?;

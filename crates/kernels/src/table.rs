@@ -273,11 +273,66 @@ mod tests {
         }
     }
 
+    /// Each entry's `simd` flags say truly which kernels are not the scalar
+    /// reference, the extra kernels come only with a SIMD row kernel, and
+    /// every SIMD ISA this CPU runs has SIMD row kernels for the types the
+    /// project's models use.
     #[test]
-    fn report_dispatch_table() {
+    fn dispatch_table_flags_are_true() {
+        let addr = |f: VecDotFn| f as usize;
         for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
             for k in table(isa) {
-                eprintln!("{isa:8} {:5} {:?}", k.weight.name(), k.simd);
+                let base = scalar(k.weight);
+                let what = format!("{isa} {}", k.weight);
+                assert_eq!(
+                    k.simd.vec_dot,
+                    addr(k.vec_dot) != addr(base.vec_dot),
+                    "{what}: vec_dot"
+                );
+                assert_eq!(
+                    k.simd.quantize,
+                    k.quantize_activation as usize != base.quantize_activation as usize,
+                    "{what}: quantize"
+                );
+                assert_eq!(
+                    k.simd.vec_dot_x4,
+                    k.vec_dot_x4.map(|f| f as usize) != base.vec_dot_x4.map(|f| f as usize)
+                        && k.vec_dot_x4.is_some(),
+                    "{what}: vec_dot_x4"
+                );
+                // A SIMD row kernel never meets the scalar 1x4 one (other
+                // bits for a token in a group of four than alone).
+                assert!(
+                    !(k.simd.vec_dot && k.vec_dot_x4.is_some() && !k.simd.vec_dot_x4),
+                    "{what}: SIMD row kernel with the scalar x4"
+                );
+                if !k.simd.vec_dot {
+                    assert!(
+                        k.vec_dot_rows8.is_none()
+                            && k.tiles.is_none()
+                            && k.panel.is_none()
+                            && k.stored.is_none(),
+                        "{what}: extra kernels beside the scalar row kernel"
+                    );
+                }
+                if k.stored.is_some() {
+                    assert!(k.panel.is_some(), "{what}: stored panels without panels");
+                }
+                if isa == Isa::Scalar {
+                    assert_eq!(k.simd, Simd::default(), "{what}");
+                    assert_eq!(k.isa, Isa::Scalar, "{what}");
+                } else if matches!(
+                    k.weight,
+                    GgmlType::F32
+                        | GgmlType::Q4_0
+                        | GgmlType::Q4_1
+                        | GgmlType::Q8_0
+                        | GgmlType::Q4_K
+                        | GgmlType::Q5_K
+                        | GgmlType::Q6_K
+                ) {
+                    assert!(k.simd.vec_dot, "{what}: no SIMD row kernel");
+                }
             }
         }
     }

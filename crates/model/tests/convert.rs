@@ -446,36 +446,31 @@ fn tiny_llama_permutes_q_and_k() {
         g.tensor("blk.0.ffn_norm.weight").unwrap().shape,
         [hidden as u64]
     );
-    // Q/K permutation: reshape(n_head, 2, d/2, hidden).swapaxes(1, 2).
-    for (name, hf, n_head) in [
-        (
-            "blk.1.attn_q.weight",
-            "model.layers.1.self_attn.q_proj.weight",
-            heads,
-        ),
-        (
-            "blk.1.attn_k.weight",
-            "model.layers.1.self_attn.k_proj.weight",
-            kv,
-        ),
-    ] {
-        let src = &values[hf];
-        let rows = src.len() / hidden;
-        let per_head = rows / n_head;
-        let half = per_head / 2;
-        let mut want = vec![0f32; src.len()];
-        for h in 0..n_head {
-            for i in 0..2 {
-                for j in 0..half {
-                    let from = h * per_head + i * half + j;
-                    let to = h * per_head + j * 2 + i;
-                    want[to * hidden..(to + 1) * hidden]
-                        .copy_from_slice(&src[from * hidden..(from + 1) * hidden]);
-                }
-            }
-        }
-        assert_ne!(&want, src);
-        assert_eq!(f32s(g.tensor_by_name(name).unwrap().1), want, "{name}");
+    // Q/K permutation: llama.cpp's `LlamaModel.permute`, applied to this
+    // very checkpoint by testdata/convert/make_tiny_llama_gold.py.
+    let gold: Json =
+        serde_json::from_slice(&std::fs::read(testdata("tiny-llama-qk.gold.json")).unwrap())
+            .unwrap();
+    let f32_sha = |v: &[f32]| {
+        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        hex(&bytes)
+    };
+    let entries = gold["tensors"].as_array().unwrap();
+    assert_eq!(entries.len(), 2 * layers, "a q and a k per layer");
+    for e in entries {
+        let (name, hf) = (e["gguf"].as_str().unwrap(), e["hf"].as_str().unwrap());
+        assert_eq!(
+            f32_sha(&values[hf]),
+            e["source_sha256"].as_str().unwrap(),
+            "{hf}: this checkpoint is not the gold's (rerun make_tiny_llama_gold.py)"
+        );
+        let ours = f32s(g.tensor_by_name(name).unwrap().1);
+        assert_ne!(ours, values[hf], "{name}: not permuted");
+        assert_eq!(
+            f32_sha(&ours),
+            e["sha256"].as_str().unwrap(),
+            "{name}: differs from convert_hf_to_gguf.py's permutation"
+        );
     }
     let v = g.tensor_by_name("blk.1.attn_v.weight").unwrap().1;
     assert_eq!(f32s(v), values["model.layers.1.self_attn.v_proj.weight"]);

@@ -132,6 +132,15 @@ fn stored_panels_give_the_rows_vectors() {
     let Some(path) = common::embedding_model() else {
         return;
     };
+    // `embedding_model` gives the Q8_0 file, else the F32 one.
+    let ty = if path.to_string_lossy().contains("Q8_0") {
+        lamina_kernels::GgmlType::Q8_0
+    } else {
+        lamina_kernels::GgmlType::F32
+    };
+    if !common::panels_stored_here(ty, "stored_panels_give_the_rows_vectors") {
+        return;
+    }
     let load = lamina_model::Load::Map;
     let mut rows =
         Embedder::new(lamina_model::Model::open_as(&path, load, false).unwrap()).unwrap();

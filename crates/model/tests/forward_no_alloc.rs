@@ -97,15 +97,9 @@ fn forward_sequences_does_not_allocate_once_sized() {
 #[test]
 fn decoding_a_token_does_not_allocate() {
     let _serial = one_at_a_time();
-    let name = "SmolLM2-135M-Instruct-Q8_0.gguf";
-    let path = lamina_gguf::models_dir().join(name);
-    if !path.is_file() {
-        eprintln!(
-            "SKIPPED: {} is missing (`cargo xtask models` makes it)",
-            path.display()
-        );
+    let Some(path) = common::present("SmolLM2-135M-Instruct-Q8_0.gguf") else {
         return;
-    }
+    };
     let model = Model::open(&path).unwrap();
     let prompt: Vec<u32> = (0..40).map(|i| 100 + i * 7).collect();
     for pool in [&Serial as &dyn ThreadPool, &Rayon] {

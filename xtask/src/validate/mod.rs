@@ -3,8 +3,9 @@
 //! Each check is a function in [`CHECKS`] returning table rows (check, model
 //! file, figure, threshold, PASS/FAIL/SKIP); an error from a check is a FAIL
 //! row. The command exits non-zero when any row fails. A check whose model
-//! file or gold data is absent is skipped, saying why (the test suite, not
-//! this command, insists on the models being there).
+//! file is absent, or is not the file its gold was made from, is a skip
+//! row saying why; with `--require-models` (or `LAMINA_REQUIRE_MODELS=1`,
+//! as `cargo xtask test` runs it) any skip fails the command.
 //!
 //! Checks today:
 //! * `tokenizer` — `lamina tokenize --json` against the `llama-tokenize`
@@ -28,14 +29,17 @@ use std::process::{Command, Stdio};
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::Value;
 
+mod embedding;
 mod generate;
 mod quantize;
+#[path = "../../../testdata/embed/thresholds.rs"]
+mod thresholds;
 
+use embedding::embedding;
 use generate::{generation, logits};
 use quantize::quantizer;
 
-use crate::bench::{LONG_TEXT, SHORT_TEXT, markdown_table};
-use crate::llama_cpp::{self, llama_cpp_bin};
+use crate::bench::markdown_table;
 use crate::{lamina_bin, models, workspace_root};
 
 #[derive(clap::Args, Debug)]
@@ -46,10 +50,14 @@ pub(crate) struct Args {
     /// Run only these checks (tokenizer, embedding, generation, logits, quantizer).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
-    /// The fast subset `cargo xtask test` (and so CI) runs: the checks in
-    /// [`FAST`], a minute or two; the test suite covers the rest.
+    /// A quick subset: the checks in [`FAST`], a minute or two.
     #[arg(long, conflicts_with = "only")]
     fast: bool,
+    /// Fail when a check is skipped because a model is missing or is not the
+    /// file its gold was made from. `cargo xtask test` sets it, as does
+    /// `LAMINA_REQUIRE_MODELS=1`.
+    #[arg(long)]
+    require_models: bool,
 }
 
 /// The checks `--fast` runs: they exercise the CLI end to end (tokenizers,
@@ -57,14 +65,22 @@ pub(crate) struct Args {
 pub(crate) const FAST: [&str; 2] = ["tokenizer", "generation"];
 
 impl Args {
-    /// `validate --fast`.
-    pub(crate) fn fast() -> Args {
+    /// What `cargo xtask test` (and so CI) runs: every check against the
+    /// gold, and a skip is a failure.
+    pub(crate) fn ci() -> Args {
         Args {
             live: false,
             only: Vec::new(),
-            fast: true,
+            fast: false,
+            require_models: true,
         }
     }
+}
+
+/// Whether a run with these skip rows fails: under `--require-models` any
+/// skip does, since it passed without checking.
+fn skips_fail(require_models: bool, skipped: usize) -> bool {
+    require_models && skipped > 0
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -167,6 +183,20 @@ pub(crate) fn run_cmd(mut args: Args) -> Result<()> {
     println!("validate: {pass} passed, {fail} failed, {skip} skipped");
     if fail > 0 {
         bail!("{fail} validation check(s) failed");
+    }
+    let require = args.require_models || crate::require_models::models_required();
+    if skips_fail(require, skip) {
+        let why: Vec<String> = rows
+            .iter()
+            .filter(|r| r.status == Status::Skip)
+            .map(|r| format!("  {} ({}): {}", r.check, r.model, r.figure))
+            .collect();
+        bail!(
+            "{skip} validation check(s) skipped, which --require-models (or {}) makes a failure; \
+             `cargo xtask models` makes the models:\n{}",
+            crate::require_models::REQUIRE_MODELS,
+            why.join("\n")
+        );
     }
     Ok(())
 }
@@ -362,392 +392,9 @@ fn tokenize_all(ctx: &Ctx, model: &Path, cases: &[TokCase]) -> Result<Vec<String
     })
 }
 
-// ---------------------------------------------------------------------------
-// Embeddings.
-
-/// Minimum cosine to llama.cpp's vectors from the same file, per file type
-/// (the thresholds of `crates/model/tests/embed_fidelity.rs`).
-pub(crate) fn embed_threshold_vs_llama(quant: &str) -> f64 {
-    match quant {
-        "F32" => 0.99999,
-        "Q8_0" | "Q6_K" => 0.999,
-        "Q4_K_M" => 0.995,
-        _ => 0.99,
-    }
-}
-/// Minimum cosine of lamina's F32 file to the PyTorch F32 reference.
-const EMBED_VS_PYTORCH_F32: f64 = 0.99999;
-/// Minimum cosine between live llama.cpp vectors and the gold ones.
-const LIVE_VS_GOLD: f64 = 0.99999;
-
-/// An embedding input: `prefix + text` is what the model sees.
-#[derive(Clone, Debug)]
-pub(crate) struct EmbedText {
-    pub id: String,
-    pub prefix: String,
-    pub text: String,
-}
-
-pub(crate) fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let (mut ab, mut aa, mut bb) = (0f64, 0f64, 0f64);
-    for (&x, &y) in a.iter().zip(b) {
-        let (x, y) = (f64::from(x), f64::from(y));
-        ab += x * y;
-        aa += x * x;
-        bb += y * y;
-    }
-    if aa == 0.0 || bb == 0.0 {
-        return 0.0;
-    }
-    ab / (aa.sqrt() * bb.sqrt())
-}
-
-/// `n × dim` little-endian f32 vectors.
-pub(crate) fn read_f32_rows(bytes: &[u8], dim: usize) -> Result<Vec<Vec<f32>>> {
-    ensure!(
-        dim > 0 && bytes.len().is_multiple_of(dim * 4),
-        "{} bytes is not a whole number of {dim}-float rows",
-        bytes.len()
-    );
-    Ok(bytes
-        .chunks_exact(dim * 4)
-        .map(|row| {
-            row.chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect()
-        })
-        .collect())
-}
-
-/// The gold of `testdata/embed/` (made by its `make_gold.py`): `texts.json`
-/// (id, prefix, text), `gold.json` (`ids`, `dim`, `sources`) and one
-/// `<source>.f32` per source. `None` when the files are absent.
-pub(crate) struct EmbedGold {
-    pub texts: Vec<EmbedText>,
-    /// `(source name, vectors)`, e.g. `("llamacpp-Q8_0", ...)`, `("pytorch-F32", ...)`.
-    pub sources: Vec<(String, Vec<Vec<f32>>)>,
-}
-
-pub(crate) fn parse_embed_texts(v: &Value) -> Result<Vec<EmbedText>> {
-    v.as_array()
-        .context("texts.json is not an array")?
-        .iter()
-        .map(|t| {
-            Ok(EmbedText {
-                id: t["id"].as_str().context("text id")?.to_string(),
-                prefix: t["prefix"].as_str().unwrap_or("").to_string(),
-                text: t["text"].as_str().context("text")?.to_string(),
-            })
-        })
-        .collect()
-}
-
-fn load_embed_gold(dir: &Path) -> Result<Option<EmbedGold>> {
-    let (texts_path, gold_path) = (dir.join("texts.json"), dir.join("gold.json"));
-    if !texts_path.is_file() || !gold_path.is_file() {
-        return Ok(None);
-    }
-    let texts = parse_embed_texts(&read_json(&texts_path)?)?;
-    let gold = read_json(&gold_path)?;
-    let ids: Vec<&str> = gold["ids"]
-        .as_array()
-        .context("gold.json: ids")?
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
-    let text_ids: Vec<&str> = texts.iter().map(|t| t.id.as_str()).collect();
-    ensure!(
-        ids == text_ids,
-        "testdata/embed/gold.json is stale (its ids differ from texts.json): rerun make_gold.py"
-    );
-    let dim = gold["dim"].as_u64().unwrap_or(768) as usize;
-    let mut sources = Vec::new();
-    if let Some(obj) = gold["sources"].as_object() {
-        for name in obj.keys() {
-            let f = dir.join(format!("{name}.f32"));
-            if !f.is_file() {
-                continue;
-            }
-            let rows = read_f32_rows(&std::fs::read(&f)?, dim)?;
-            ensure!(
-                rows.len() == texts.len(),
-                "{} holds {} vectors for {} texts",
-                f.display(),
-                rows.len(),
-                texts.len()
-            );
-            sources.push((name.clone(), rows));
-        }
-    }
-    Ok(Some(EmbedGold { texts, sources }))
-}
-
-/// lamina's vectors for `texts` (one `lamina embed` call per distinct prefix).
-fn lamina_embed(ctx: &Ctx, model: &Path, texts: &[EmbedText]) -> Result<Vec<Vec<f32>>> {
-    let mut out: Vec<Option<Vec<f32>>> = vec![None; texts.len()];
-    let mut prefixes: Vec<&str> = texts.iter().map(|t| t.prefix.as_str()).collect();
-    prefixes.sort_unstable();
-    prefixes.dedup();
-    for prefix in prefixes {
-        let idx: Vec<usize> = (0..texts.len())
-            .filter(|&i| texts[i].prefix == prefix)
-            .collect();
-        let mut cmd = Command::new(&ctx.lamina);
-        cmd.args(["embed", "--json", "-m"]).arg(model);
-        if !prefix.is_empty() {
-            cmd.args(["--task", prefix]);
-        }
-        cmd.arg("--");
-        cmd.args(idx.iter().map(|&i| texts[i].text.as_str()));
-        let o = cmd.stdin(Stdio::null()).output()?;
-        ensure!(
-            o.status.success(),
-            "lamina embed failed: {}",
-            String::from_utf8_lossy(&o.stderr).trim()
-        );
-        let lines: Vec<Value> = String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .filter(|l| l.starts_with('{'))
-            .map(serde_json::from_str)
-            .collect::<std::result::Result<_, _>>()?;
-        ensure!(
-            lines.len() == idx.len(),
-            "lamina embed returned {} vectors for {} texts",
-            lines.len(),
-            idx.len()
-        );
-        for (line, &i) in lines.iter().zip(&idx) {
-            let v: Vec<f32> = line["embedding"]
-                .as_array()
-                .context("embedding")?
-                .iter()
-                .filter_map(|x| x.as_f64().map(|x| x as f32))
-                .collect();
-            out[i] = Some(v);
-        }
-    }
-    Ok(out.into_iter().map(Option::unwrap_or_default).collect())
-}
-
-/// A separator that never occurs in a text, so texts with newlines stay whole
-/// (the one `testdata/embed/make_gold.py` uses).
-const LLAMA_SEP: &str = "<#lamina-no-split#>";
-
-/// llama.cpp's vector for one text, as `testdata/embed/make_gold.py` makes it.
-fn llama_embed(model: &Path, text: &str) -> Result<Vec<f32>> {
-    let o = Command::new(llama_cpp_bin("llama-embedding")?)
-        .arg("-m")
-        .arg(model)
-        .args(["--pooling", "mean", "--embd-normalize", "2"])
-        .args([
-            "--embd-output-format",
-            "array",
-            "--embd-separator",
-            LLAMA_SEP,
-        ])
-        .args(["--no-escape", "-fa", "on", "-p", text])
-        // Sleeping instead of spinning OpenMP threads: the same numbers,
-        // and no collapse when other processes share the cores.
-        .env("OMP_WAIT_POLICY", "passive")
-        .stdin(Stdio::null())
-        .output()?;
-    ensure!(
-        o.status.success(),
-        "llama-embedding failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-            .lines()
-            .last()
-            .unwrap_or("")
-    );
-    let mut rows = parse_llama_array(&String::from_utf8_lossy(&o.stdout))?;
-    ensure!(
-        rows.len() == 1,
-        "llama-embedding printed {} vectors",
-        rows.len()
-    );
-    Ok(rows.remove(0))
-}
-
-/// `llama-embedding --embd-output-format array` stdout: `[[...],[...]]`.
-pub(crate) fn parse_llama_array(stdout: &str) -> Result<Vec<Vec<f32>>> {
-    let start = stdout
-        .find("[[")
-        .context("no [[...]] array in llama-embedding output")?;
-    let end = stdout.rfind("]]").context("unterminated array")? + 2;
-    let v: Vec<Vec<f64>> = serde_json::from_str(&stdout[start..end])?;
-    Ok(v.into_iter()
-        .map(|r| r.into_iter().map(|x| x as f32).collect())
-        .collect())
-}
-
-fn min_mean(xs: &[f64]) -> (f64, f64) {
-    let min = xs.iter().copied().fold(f64::INFINITY, f64::min);
-    (min, xs.iter().sum::<f64>() / xs.len().max(1) as f64)
-}
-
-fn cos_row(check: &str, model: &str, cos: &[f64], threshold: f64) -> Row {
-    let (min, mean) = min_mean(cos);
-    Row {
-        check: check.into(),
-        model: model.into(),
-        figure: format!("min {min:.7}, mean {mean:.7} ({} texts)", cos.len()),
-        threshold: format!("≥ {threshold}"),
-        status: if !cos.is_empty() && min >= threshold {
-            Status::Pass
-        } else {
-            Status::Fail
-        },
-    }
-}
-
-/// Texts for `--live` when there is no gold.
-fn builtin_texts() -> Vec<EmbedText> {
-    let t = |id: &str, prefix: &str, text: &str| EmbedText {
-        id: id.into(),
-        prefix: prefix.into(),
-        text: text.into(),
-    };
-    vec![
-        t("short", "", SHORT_TEXT),
-        t("long", "", LONG_TEXT),
-        t(
-            "query",
-            "task: search result | query: ",
-            "Which planet is known as the Red Planet?",
-        ),
-        t("unicode", "", "机器学习是人工智能的一个分支。"),
-    ]
-}
-
-fn embedding(ctx: &Ctx) -> Result<Vec<Row>> {
-    let gold = load_embed_gold(&ctx.root.join("testdata/embed"))?;
-    let mut rows = Vec::new();
-    let file = |q: &str| format!("embeddinggemma-300m-{q}.gguf");
-    let quants = ["F32", "Q8_0", "Q6_K", "Q4_K_M"];
-    let texts = match &gold {
-        Some(g) => g.texts.clone(),
-        None => {
-            rows.push(Row::skip(
-                "embedding cosine vs gold",
-                "—",
-                "testdata/embed/{texts,gold}.json absent",
-            ));
-            builtin_texts()
-        }
-    };
-    let llama_commit = if ctx.live {
-        Some(llama_cpp::reported_commit(&llama_cpp::bin_dir()?).unwrap_or_else(|| "?".into()))
-    } else {
-        None
-    };
-    for q in quants {
-        let name = file(q);
-        let model = ctx.models.join(&name);
-        let gold_llama = gold.as_ref().and_then(|g| {
-            g.sources
-                .iter()
-                .find(|(s, _)| *s == format!("llamacpp-{q}"))
-                .map(|(_, v)| v)
-        });
-        let gold_torch = gold.as_ref().and_then(|g| {
-            g.sources
-                .iter()
-                .find(|(s, _)| s == "pytorch-F32")
-                .map(|(_, v)| v)
-        });
-        let wanted = gold_llama.is_some() || (q == "F32" && gold_torch.is_some()) || ctx.live;
-        if !wanted {
-            continue;
-        }
-        if !model.is_file() {
-            rows.push(Row::skip(
-                "embedding cosine",
-                &name,
-                format!("{} is missing", model.display()),
-            ));
-            continue;
-        }
-        let ours = lamina_embed(ctx, &model, &texts)?;
-        let cos = |theirs: &[Vec<f32>]| -> Vec<f64> {
-            ours.iter().zip(theirs).map(|(a, b)| cosine(a, b)).collect()
-        };
-        if let Some(g) = gold_llama {
-            rows.push(cos_row(
-                "embedding cosine vs llama.cpp gold",
-                &name,
-                &cos(g),
-                embed_threshold_vs_llama(q),
-            ));
-            // llama.cpp against its own gold, where the gold holds its other
-            // runs of the file: how far the reference itself moves.
-            for (suffix, what) in [
-                ("fa-off", "llama.cpp FA off vs its FA on gold"),
-                ("avx512", "llama.cpp AVX-512 build vs its AVX2-built gold"),
-            ] {
-                let source = format!("llamacpp-{q}-{suffix}");
-                if let Some((_, other)) = gold
-                    .as_ref()
-                    .and_then(|gd| gd.sources.iter().find(|(s, _)| *s == source))
-                {
-                    let spread: Vec<f64> = other.iter().zip(g).map(|(a, b)| cosine(a, b)).collect();
-                    let (min, mean) = min_mean(&spread);
-                    rows.push(Row {
-                        check: format!("{what} (the reference's spread)"),
-                        model: name.clone(),
-                        figure: format!("min {min:.7}, mean {mean:.7} ({} texts)", spread.len()),
-                        threshold: "—".into(),
-                        status: Status::Info,
-                    });
-                }
-            }
-        }
-        if q == "F32"
-            && let Some(g) = gold_torch
-        {
-            rows.push(cos_row(
-                "embedding cosine vs PyTorch gold",
-                &name,
-                &cos(g),
-                EMBED_VS_PYTORCH_F32,
-            ));
-        }
-        if ctx.live {
-            let live: Vec<Vec<f32>> = texts
-                .iter()
-                .map(|t| llama_embed(&model, &format!("{}{}", t.prefix, t.text)))
-                .collect::<Result<_>>()?;
-            rows.push(cos_row(
-                &format!(
-                    "embedding cosine vs llama.cpp {} (live)",
-                    llama_commit.as_deref().unwrap_or("?")
-                ),
-                &name,
-                &cos(&live),
-                embed_threshold_vs_llama(q),
-            ));
-            if let Some(g) = gold_llama {
-                let drift: Vec<f64> = live.iter().zip(g).map(|(a, b)| cosine(a, b)).collect();
-                rows.push(cos_row(
-                    "llama.cpp live vs its gold (drift)",
-                    &name,
-                    &drift,
-                    LIVE_VS_GOLD,
-                ));
-            }
-        }
-    }
-    if !ctx.live && gold.is_none() {
-        rows.push(Row::skip(
-            "embedding cosine vs llama.cpp (live)",
-            "—",
-            "pass --live",
-        ));
-    }
-    Ok(rows)
-}
-
 #[cfg(test)]
 mod tests {
+    use super::embedding::*;
     use super::*;
 
     #[test]
@@ -828,16 +475,41 @@ mod tests {
     }
 
     #[test]
+    fn skips_fail_only_when_models_are_required() {
+        assert!(skips_fail(true, 1));
+        assert!(!skips_fail(true, 0));
+        assert!(!skips_fail(false, 3));
+        assert!(Args::ci().require_models && !Args::ci().fast && Args::ci().only.is_empty());
+    }
+
+    #[test]
     fn thresholds_and_table() {
-        assert_eq!(embed_threshold_vs_llama("F32"), 0.99999);
-        assert!(embed_threshold_vs_llama("Q4_K_M") < embed_threshold_vs_llama("Q8_0"));
+        let spreads = [vec![0.999, 0.9995], vec![0.998, 0.9999]];
+        let f = thresholds::vs_llama("Q6_K", &spreads).unwrap();
+        assert!((f.min - (0.998 - thresholds::MIN_SLACK)).abs() < 1e-12);
+        assert!((f.mean - (0.99895 - thresholds::MEAN_SLACK)).abs() < 1e-12);
+        assert!(thresholds::vs_llama("Q6_K", &[]).is_err());
+        assert_eq!(
+            thresholds::vs_llama("F32", &[]).unwrap().min,
+            thresholds::F32_VS_LLAMA
+        );
+        let q = floor_row("c", "m", &[0.9972, 0.9999, 0.9999], &f);
+        assert_eq!(q.status, Status::Pass, "{q:?}");
+        assert_eq!(
+            floor_row("c", "m", &[0.9960, 0.9999], &f).status,
+            Status::Fail
+        );
+        assert_eq!(
+            floor_row("c", "m", &[0.9975, 0.9975], &f).status,
+            Status::Fail
+        );
         let r = cos_row("c", "m.gguf", &[0.9999, 0.99995], 0.999);
         assert_eq!(r.status, Status::Pass);
         assert_eq!(cos_row("c", "m", &[0.99], 0.999).status, Status::Fail);
         assert_eq!(cos_row("c", "m", &[], 0.999).status, Status::Fail);
         let t = render(&[r]);
-        assert!(
-            t.contains("| c | m.gguf | min 0.9999000, mean 0.9999250 (2 texts) | ≥ 0.999 | PASS |")
-        );
+        assert!(t.contains(
+            "| c | m.gguf | min 0.9999000, mean 0.9999250 (2 texts) | every text ≥ 0.999 | PASS |"
+        ));
     }
 }

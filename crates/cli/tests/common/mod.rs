@@ -6,15 +6,20 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
+#[path = "../../../../testdata/require_models.rs"]
+mod require_models;
+
+/// A model file, or `None` after saying the test skipped; under `cargo xtask
+/// test` (`LAMINA_REQUIRE_MODELS`) a missing file fails the test instead.
 pub fn model(name: &str) -> Option<PathBuf> {
     let path = lamina_gguf::models_dir().join(name);
-    if path.exists() {
+    if path.is_file() {
         Some(path)
     } else {
-        eprintln!(
-            "SKIPPED: {} is missing (run `cargo xtask models`, or set LAMINA_MODELS)",
+        require_models::skip_or_fail(&format!(
+            "{} is missing (`cargo xtask models` makes it; LAMINA_MODELS overrides the folder)",
             path.display()
-        );
+        ));
         None
     }
 }

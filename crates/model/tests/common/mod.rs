@@ -7,6 +7,10 @@ use lamina_model::Model;
 use lamina_model::tokenizer::Tokenizer;
 use sha2::{Digest, Sha256};
 
+#[path = "../../../../testdata/require_models.rs"]
+mod require_models;
+pub use require_models::{say_skipped, skip_or_fail};
+
 pub fn testdata(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../testdata/generate")
@@ -25,52 +29,70 @@ pub fn required(name: &str) -> PathBuf {
 }
 
 /// An EmbeddingGemma GGUF (Q8_0, else F32) from `cargo xtask models`, or
-/// `None` and a message saying the test is skipped.
+/// `None` after [`skip_or_fail`] (which fails the test under `cargo xtask test`).
 pub fn embedding_model() -> Option<PathBuf> {
     let dir = lamina_gguf::models_dir();
     let found = ["Q8_0", "F32"]
         .iter()
         .map(|q| dir.join(format!("embeddinggemma-300m-{q}.gguf")))
-        .find(|p| p.exists());
+        .find(|p| p.is_file());
     if found.is_none() {
-        eprintln!(
-            "SKIPPED: no embeddinggemma-300m-{{Q8_0,F32}}.gguf in {} (run `cargo xtask models`, or set LAMINA_MODELS)",
+        skip_or_fail(&format!(
+            "no embeddinggemma-300m-{{Q8_0,F32}}.gguf in {} (`cargo xtask models` makes them; LAMINA_MODELS overrides the folder)",
             dir.display()
-        );
+        ));
     }
     found
 }
 
-/// A model the gold was made from, if it is present and is the very file
-/// the gold was made from (its SHA-256 is in `testdata/generate/models.sha256`);
-/// otherwise `None` and a message saying why the test is skipped.
-pub fn gold_model(name: &str) -> Option<PathBuf> {
+/// A file of the models directory, or `None` after [`skip_or_fail`].
+pub fn present(name: &str) -> Option<PathBuf> {
     let p = lamina_gguf::models_dir().join(name);
-    if !p.is_file() {
-        eprintln!(
-            "SKIPPED: {} is missing (`cargo xtask models` makes it; see testdata/generate/README.md)",
+    if p.is_file() {
+        Some(p)
+    } else {
+        skip_or_fail(&format!(
+            "{} is missing (`cargo xtask models` makes it; LAMINA_MODELS overrides the folder)",
             p.display()
-        );
+        ));
+        None
+    }
+}
+
+/// The hex SHA-256 of a file.
+pub fn sha256(path: &Path) -> String {
+    let mut h = Sha256::new();
+    let mut f = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    std::io::copy(&mut f, &mut h).unwrap();
+    format!("{:x}", h.finalize())
+}
+
+/// `name` from the models directory if it is the very file a gold was made
+/// from (SHA-256 `want`, recorded in `pinned_in`); otherwise `None` after
+/// [`skip_or_fail`] saying what is wrong and what remakes it.
+pub fn pinned_model(name: &str, want: &str, pinned_in: &str) -> Option<PathBuf> {
+    let p = present(name)?;
+    let got = sha256(&p);
+    if got != want {
+        skip_or_fail(&format!(
+            "{} is not the file the gold was made from (SHA-256 {got}, {pinned_in} pins {want}); \
+             `cargo xtask models` rebuilds it",
+            p.display()
+        ));
         return None;
     }
+    Some(p)
+}
+
+/// A model the generation gold was made from (its SHA-256 is in
+/// `testdata/generate/models.sha256`), see [`pinned_model`].
+pub fn gold_model(name: &str) -> Option<PathBuf> {
     let sums = std::fs::read_to_string(testdata("models.sha256")).unwrap();
     let want = sums
         .lines()
         .find_map(|l| l.strip_suffix(name).map(|h| h.trim().to_string()))
         .unwrap_or_else(|| panic!("{name} has no line in models.sha256"));
-    let mut h = Sha256::new();
-    let mut f = std::fs::File::open(&p).unwrap();
-    std::io::copy(&mut f, &mut h).unwrap();
-    let got = format!("{:x}", h.finalize());
-    if got != want {
-        eprintln!(
-            "SKIPPED: {} is not the file the gold was made from (SHA-256 {got}, gold {want}); \
-             regenerate testdata/generate with make_gold.sh",
-            p.display()
-        );
-        return None;
-    }
-    Some(p)
+    pinned_model(name, &want, "testdata/generate/models.sha256")
 }
 
 pub fn load(path: &Path) -> (Model, Tokenizer) {
@@ -137,4 +159,18 @@ pub fn prompts(model: &str) -> [&'static str; 7] {
         "long",
         "window",
     ]
+}
+
+/// Whether this CPU's selected kernels store matrices of `ty` as panels: a
+/// test comparing stored panels with rows checks nothing where it is false,
+/// so it says it skipped instead.
+pub fn panels_stored_here(ty: lamina_kernels::GgmlType, test: &str) -> bool {
+    let stored = lamina_kernels::kernels(ty).is_ok_and(|k| k.stored.is_some());
+    if !stored {
+        say_skipped(&format!(
+            "{test}: the selected ISA ({}) stores no {ty} panels, so there is nothing to compare",
+            lamina_kernels::Isa::selected().map_or("?", |i| i.name())
+        ));
+    }
+    stored
 }

@@ -11,8 +11,12 @@ use std::time::Duration;
 use lamina_server::{Running, ServeConfig};
 use serde_json::Value;
 
+#[path = "../../../../testdata/require_models.rs"]
+mod require_models;
+
 /// The first of `names` present in the models directory, or `None` after
-/// saying on stderr why the test is skipped.
+/// saying the test skipped; under `cargo xtask test`
+/// (`LAMINA_REQUIRE_MODELS`) a missing model fails the test instead.
 pub fn model(names: &[&str]) -> Option<PathBuf> {
     let dir = lamina_gguf::models_dir();
     for n in names {
@@ -21,10 +25,10 @@ pub fn model(names: &[&str]) -> Option<PathBuf> {
             return Some(p);
         }
     }
-    eprintln!(
-        "SKIPPED: none of {names:?} is in {} (`cargo xtask models` fetches them; LAMINA_MODELS overrides the folder)",
+    require_models::skip_or_fail(&format!(
+        "none of {names:?} is in {} (`cargo xtask models` makes them; LAMINA_MODELS overrides the folder)",
         dir.display()
-    );
+    ));
     None
 }
 
