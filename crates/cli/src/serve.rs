@@ -54,6 +54,39 @@ pub struct Args {
     /// Most inputs in one embeddings request.
     #[arg(long, default_value_t = 2048)]
     max_inputs: usize,
+    /// Seconds a client has to send a request head; also how long an idle
+    /// keep-alive connection waits for its next request.
+    #[arg(long, default_value_t = 10.0)]
+    header_timeout: f64,
+    /// Seconds a client has to send a whole request body (beyond: 408).
+    #[arg(long, default_value_t = 30.0)]
+    body_timeout: f64,
+    /// Seconds a response write may make no progress (a client that stopped
+    /// reading) before the connection is closed.
+    #[arg(long, default_value_t = 60.0)]
+    write_timeout: f64,
+    /// Most open connections; beyond, new ones wait to be accepted.
+    #[arg(long, default_value_t = 512)]
+    max_connections: usize,
+    /// Most POST requests handled at once; beyond, 503 with Retry-After.
+    #[arg(long, default_value_t = 256)]
+    max_in_flight: usize,
+    /// Most tokens in one request's inputs (embeddings, completion prompt); beyond, 413.
+    #[arg(long, default_value_t = 65536)]
+    max_request_tokens: usize,
+    /// A host name (with or without :port) answered besides localhost,
+    /// loopback addresses and the --host address (repeatable). Bound to a
+    /// non-loopback address, the Host header is checked only when given.
+    #[arg(long = "allowed-host")]
+    allowed_hosts: Vec<String>,
+    /// An origin allowed cross-origin requests (repeatable; `*`: any).
+    /// Without it, CORS is off.
+    #[arg(long = "cors-origin")]
+    cors_origins: Vec<String>,
+    /// Parse special-token text inside chat message content as special
+    /// tokens (by default it is tokenized as plain text).
+    #[arg(long)]
+    chat_special_in_content: bool,
     /// Element type of the KV cache.
     #[arg(long, value_enum, default_value = "f16")]
     kv_type: KvArg,
@@ -90,6 +123,15 @@ pub fn run(args: Args) -> Result<()> {
             KvArg::F32 => lamina_model::KvType::F32,
         },
         load: args.load.load(),
+        header_timeout: secs("--header-timeout", args.header_timeout)?,
+        body_timeout: secs("--body-timeout", args.body_timeout)?,
+        write_timeout: secs("--write-timeout", args.write_timeout)?,
+        max_connections: args.max_connections,
+        max_in_flight: args.max_in_flight,
+        max_request_tokens: args.max_request_tokens,
+        allowed_hosts: args.allowed_hosts,
+        cors_origins: args.cors_origins,
+        special_in_content: args.chat_special_in_content,
         ..ServeConfig::default()
     };
     let keyed = cfg.api_key.is_some();
@@ -129,6 +171,14 @@ pub fn run(args: Args) -> Result<()> {
             .await
             .context("serving HTTP")
     })
+}
+
+/// A timeout flag's value: positive and finite.
+fn secs(flag: &str, v: f64) -> Result<Duration> {
+    if !(v.is_finite() && v > 0.0 && v <= 86_400.0) {
+        bail!("{flag} {v} must be above 0 and at most 86400 seconds");
+    }
+    Ok(Duration::from_secs_f64(v))
 }
 
 /// Ctrl-C, or SIGTERM on Unix.

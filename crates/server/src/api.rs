@@ -11,9 +11,11 @@ use lamina_model::generate::StopReason;
 use lamina_model::sampling::SamplerParams;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
+use crate::input::{Content, Role, Shape, Stop};
 
 /// Most stop strings a request may give.
 pub const MAX_STOP: usize = 16;
@@ -60,7 +62,7 @@ pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
 pub struct EmbeddingsRequest {
     /// A string, an array of strings, an array of token ids, or an array of
     /// arrays of token ids.
-    pub input: Value,
+    pub input: Box<RawValue>,
     #[serde(default)]
     pub model: Option<String>,
     /// `float` (default) or `base64` (little-endian f32 bytes).
@@ -70,108 +72,7 @@ pub struct EmbeddingsRequest {
     #[serde(default)]
     pub dimensions: Option<i64>,
     #[serde(default)]
-    pub user: Option<Value>,
-}
-
-/// One input of an embeddings or completions request.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Input {
-    Text(String),
-    Tokens(Vec<u32>),
-}
-
-fn token_ids(param: &str, items: &[Value], n_vocab: usize) -> Result<Vec<u32>, ApiError> {
-    items
-        .iter()
-        .enumerate()
-        .map(|(i, v)| match v.as_u64() {
-            Some(id) if (id as usize) < n_vocab => Ok(id as u32),
-            _ => Err(ApiError::invalid_param(
-                param,
-                format!(
-                    "'{param}[{i}]' = {v} is not a token id (an integer from 0 to {})",
-                    n_vocab - 1
-                ),
-            )),
-        })
-        .collect()
-}
-
-/// The inputs in `v` (`param` names the field in messages).
-pub fn inputs(
-    param: &str,
-    v: &Value,
-    n_vocab: usize,
-    max_inputs: usize,
-) -> Result<Vec<Input>, ApiError> {
-    let bad = || {
-        ApiError::invalid_param(
-            param,
-            format!(
-                "'{param}' must be a string, an array of strings, an array of token ids \
-                 or an array of arrays of token ids"
-            ),
-        )
-    };
-    let out = match v {
-        Value::String(s) => vec![Input::Text(s.clone())],
-        Value::Array(items) if items.is_empty() => {
-            return Err(ApiError::invalid_param(
-                param,
-                format!("'{param}' is an empty array"),
-            ));
-        }
-        Value::Array(items) => match &items[0] {
-            Value::String(_) => items
-                .iter()
-                .map(|x| {
-                    x.as_str()
-                        .map(|s| Input::Text(s.to_string()))
-                        .ok_or_else(bad)
-                })
-                .collect::<Result<_, _>>()?,
-            Value::Number(_) => vec![Input::Tokens(token_ids(param, items, n_vocab)?)],
-            Value::Array(_) => items
-                .iter()
-                .enumerate()
-                .map(|(i, x)| match x.as_array() {
-                    Some(ids) => {
-                        token_ids(&format!("{param}[{i}]"), ids, n_vocab).map(Input::Tokens)
-                    }
-                    None => Err(bad()),
-                })
-                .collect::<Result<_, _>>()?,
-            _ => return Err(bad()),
-        },
-        _ => return Err(bad()),
-    };
-    if out.len() > max_inputs {
-        return Err(ApiError::invalid_param(
-            param,
-            format!(
-                "'{param}' has {} inputs, more than the {max_inputs} allowed per request",
-                out.len()
-            ),
-        ));
-    }
-    for (i, input) in out.iter().enumerate() {
-        let empty = match input {
-            Input::Text(s) => s.is_empty(),
-            Input::Tokens(t) => t.is_empty(),
-        };
-        if empty {
-            let at = if matches!(v, Value::Array(_)) {
-                format!("{param}[{i}]")
-            } else {
-                param.to_string()
-            };
-            return Err(ApiError::invalid_param(
-                &at,
-                format!("'{at}' is empty: there is nothing to process"),
-            ));
-        }
-    }
-    Ok(out)
+    pub user: Option<Shape>,
 }
 
 /// How embeddings are written in the response.
@@ -272,11 +173,18 @@ pub struct StreamOptions {
 /// One chat message as sent.
 #[derive(Debug, Deserialize)]
 pub struct ChatMessage {
-    pub role: String,
+    pub role: Role,
     #[serde(default)]
-    pub content: Option<Value>,
+    pub content: Option<Content>,
     #[serde(default)]
-    pub tool_calls: Option<Value>,
+    pub tool_calls: Option<Shape>,
+}
+
+/// `response_format`: only `{"type": "text"}` is served.
+#[derive(Debug, Deserialize)]
+pub struct ResponseFormat {
+    #[serde(default, rename = "type")]
+    pub kind: Option<String>,
 }
 
 /// The fields of `/v1/completions` and `/v1/chat/completions` (one struct:
@@ -285,7 +193,7 @@ pub struct ChatMessage {
 #[serde(default)]
 pub struct GenRequest {
     pub model: Option<String>,
-    pub prompt: Option<Value>,
+    pub prompt: Option<Box<RawValue>>,
     pub messages: Option<Vec<ChatMessage>>,
     pub max_tokens: Option<i64>,
     pub max_completion_tokens: Option<i64>,
@@ -298,22 +206,22 @@ pub struct GenRequest {
     pub repeat_penalty: Option<f64>,
     pub repeat_last_n: Option<i64>,
     pub seed: Option<i64>,
-    pub stop: Option<Value>,
+    pub stop: Option<Stop>,
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
     pub n: Option<i64>,
     pub best_of: Option<i64>,
-    pub logprobs: Option<Value>,
+    pub logprobs: Option<Shape>,
     pub top_logprobs: Option<i64>,
     pub echo: Option<bool>,
     pub suffix: Option<String>,
-    pub tools: Option<Value>,
-    pub tool_choice: Option<Value>,
-    pub functions: Option<Value>,
-    pub response_format: Option<Value>,
-    pub logit_bias: Option<Value>,
+    pub tools: Option<Shape>,
+    pub tool_choice: Option<Shape>,
+    pub functions: Option<Shape>,
+    pub response_format: Option<ResponseFormat>,
+    pub logit_bias: Option<Shape>,
     pub ignore_eos: Option<bool>,
-    pub user: Option<Value>,
+    pub user: Option<Shape>,
 }
 
 /// A validated generation request (everything but the prompt).
@@ -375,10 +283,11 @@ impl GenRequest {
         {
             return Err(unsupported("best_of", "'best_of' other than 1"));
         }
-        match &self.logprobs {
-            None | Some(Value::Null) | Some(Value::Bool(false)) => {}
-            Some(Value::Number(n)) if n.as_u64() == Some(0) => {}
-            Some(_) => return Err(unsupported("logprobs", "'logprobs'")),
+        if !matches!(
+            self.logprobs,
+            None | Some(Shape::Null | Shape::Bool(false) | Shape::Zero)
+        ) {
+            return Err(unsupported("logprobs", "'logprobs'"));
         }
         if self.top_logprobs.is_some_and(|n| n != 0) {
             return Err(unsupported("top_logprobs", "'top_logprobs'"));
@@ -389,29 +298,22 @@ impl GenRequest {
         if self.suffix.as_ref().is_some_and(|s| !s.is_empty()) {
             return Err(unsupported("suffix", "'suffix'"));
         }
-        match &self.tools {
-            None | Some(Value::Null) => {}
-            Some(Value::Array(a)) if a.is_empty() => {}
-            Some(_) => return Err(unsupported("tools", "Tool calling")),
+        if !matches!(self.tools, None | Some(Shape::Null | Shape::Array(0))) {
+            return Err(unsupported("tools", "Tool calling"));
         }
-        match &self.functions {
-            None | Some(Value::Null) => {}
-            Some(Value::Array(a)) if a.is_empty() => {}
-            Some(_) => return Err(unsupported("functions", "Function calling")),
+        if !matches!(self.functions, None | Some(Shape::Null | Shape::Array(0))) {
+            return Err(unsupported("functions", "Function calling"));
         }
         if let Some(rf) = &self.response_format
-            && !rf.is_null()
-            && rf.get("type").and_then(Value::as_str) != Some("text")
+            && rf.kind.as_deref() != Some("text")
         {
             return Err(unsupported(
                 "response_format",
                 "A 'response_format' other than {\"type\": \"text\"}",
             ));
         }
-        match &self.logit_bias {
-            None | Some(Value::Null) => {}
-            Some(Value::Object(m)) if m.is_empty() => {}
-            Some(_) => return Err(unsupported("logit_bias", "'logit_bias'")),
+        if !matches!(self.logit_bias, None | Some(Shape::Null | Shape::Object(0))) {
+            return Err(unsupported("logit_bias", "'logit_bias'"));
         }
 
         let (max_name, max) = match (self.max_completion_tokens, self.max_tokens) {
@@ -475,27 +377,7 @@ impl GenRequest {
             Some(s) => s as u64,
         };
 
-        let stop = match &self.stop {
-            None | Some(Value::Null) => Vec::new(),
-            Some(Value::String(s)) => vec![s.clone()],
-            Some(Value::Array(items)) => items
-                .iter()
-                .map(|x| {
-                    x.as_str().map(str::to_string).ok_or_else(|| {
-                        ApiError::invalid_param(
-                            "stop",
-                            "'stop' must be a string or an array of strings",
-                        )
-                    })
-                })
-                .collect::<Result<_, _>>()?,
-            Some(_) => {
-                return Err(ApiError::invalid_param(
-                    "stop",
-                    "'stop' must be a string or an array of strings",
-                ));
-            }
-        };
+        let stop = self.stop.as_ref().map_or(&[][..], |s| &s.0[..]);
         if stop.len() > MAX_STOP || stop.iter().any(|s| s.len() > MAX_STOP_LEN) {
             return Err(ApiError::invalid_param(
                 "stop",
@@ -504,7 +386,7 @@ impl GenRequest {
                 ),
             ));
         }
-        let stop = stop.into_iter().filter(|s| !s.is_empty()).collect();
+        let stop = stop.iter().filter(|s| !s.is_empty()).cloned().collect();
 
         Ok(GenParams {
             sampler: SamplerParams {
@@ -548,36 +430,24 @@ impl GenRequest {
             .enumerate()
             .map(|(i, m)| {
                 let param = format!("messages[{i}]");
-                let role = match m.role.as_str() {
-                    "system" | "developer" => "system",
-                    "user" => "user",
-                    "assistant" => "assistant",
-                    "tool" | "function" => {
+                let role = match m.role {
+                    Role::System => "system",
+                    Role::User => "user",
+                    Role::Assistant => "assistant",
+                    Role::Tool => {
                         return Err(unsupported(&format!("{param}.role"), "Tool messages"));
                     }
-                    other => {
-                        return Err(ApiError::invalid_param(
-                            &format!("{param}.role"),
-                            format!(
-                                "'{param}.role' is {other:?}: expected \"system\", \"developer\", \
-                                 \"user\" or \"assistant\""
-                            ),
-                        ));
-                    }
                 };
-                if m.tool_calls.as_ref().is_some_and(|t| !t.is_null()) {
+                if !matches!(m.tool_calls, None | Some(Shape::Null)) {
                     return Err(unsupported(&format!("{param}.tool_calls"), "Tool calls"));
                 }
                 let content = match &m.content {
-                    Some(Value::String(s)) => s.clone(),
-                    None | Some(Value::Null) if role == "assistant" => String::new(),
-                    Some(Value::Array(parts)) => {
+                    Some(Content::Text(s)) => s.clone(),
+                    None | Some(Content::Null) if role == "assistant" => String::new(),
+                    Some(Content::Parts(parts)) => {
                         let mut texts = Vec::with_capacity(parts.len());
                         for (j, p) in parts.iter().enumerate() {
-                            match (
-                                p.get("type").and_then(Value::as_str),
-                                p.get("text").and_then(Value::as_str),
-                            ) {
+                            match (p.kind.as_deref(), p.text.as_deref()) {
                                 (Some("text"), Some(t)) => texts.push(t),
                                 _ => {
                                     return Err(ApiError::invalid_param(
@@ -592,7 +462,7 @@ impl GenRequest {
                         }
                         texts.join("\n")
                     }
-                    _ => {
+                    None | Some(Content::Null) => {
                         return Err(ApiError::invalid_param(
                             &format!("{param}.content"),
                             format!(
@@ -726,30 +596,6 @@ mod tests {
         assert!(parse::<GenRequest>(b"{\"temperature\": NaN}").is_err());
         let e = parse::<EmbeddingsRequest>(b"{}").unwrap_err();
         assert!(e.message.contains("input"), "{}", e.message);
-    }
-
-    #[test]
-    fn inputs_take_every_openai_form() {
-        let f = |v: Value| inputs("input", &v, 100, 8);
-        assert_eq!(f(json!("a")).unwrap(), vec![Input::Text("a".into())]);
-        assert_eq!(f(json!(["a", "b"])).unwrap().len(), 2);
-        assert_eq!(f(json!([1, 2])).unwrap(), vec![Input::Tokens(vec![1, 2])]);
-        assert_eq!(f(json!([[1], [2, 3]])).unwrap().len(), 2);
-        for bad in [
-            json!(""),
-            json!([]),
-            json!(["a", ""]),
-            json!([100]),
-            json!([-1]),
-            json!([1.5]),
-            json!(["a", 1]),
-            json!([[1], "a"]),
-            json!({"a": 1}),
-            json!(null),
-            json!(vec!["a"; 9]),
-        ] {
-            assert_eq!(f(bad.clone()).unwrap_err().status.as_u16(), 400, "{bad}");
-        }
     }
 
     #[test]

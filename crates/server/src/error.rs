@@ -148,6 +148,50 @@ pub fn from_model(e: &lamina_model::ModelError) -> ApiError {
             ApiError::invalid(e.to_string()).code("context_length_exceeded")
         }
         M::Input(_) | M::BadToken { .. } => ApiError::invalid(e.to_string()),
-        _ => ApiError::internal(e.to_string()),
+        _ => {
+            // The detail may name files, tensors or kernels: it goes to the
+            // log, not to the client.
+            tracing::error!("a request failed inside the model: {e}");
+            ApiError::internal(INTERNAL)
+        }
+    }
+}
+
+/// What a client is told about a failure inside the server.
+pub const INTERNAL: &str = "The server failed to process the request; the details are in its log";
+
+/// 413: a request's tokens exceed `--max-request-tokens`.
+pub fn too_many_tokens(param: &str, limit: usize) -> ApiError {
+    ApiError::status(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!(
+            "'{param}' holds more than the {limit} tokens allowed per request \
+             (the server's --max-request-tokens): split it over several requests"
+        ),
+    )
+    .param(param)
+    .code("too_many_tokens")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_errors_do_not_leak_their_detail() {
+        let e = lamina_model::ModelError::MissingTensor("/secret/path/blk.0.attn_q.weight".into());
+        let api = from_model(&e);
+        assert_eq!(api.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(api.message, INTERNAL);
+        let body = api.body().to_string();
+        assert!(
+            !body.contains("secret") && !body.contains("blk.0"),
+            "{body}"
+        );
+        assert_eq!(api.body()["error"]["type"], "server_error");
+        // Client faults keep their explanation.
+        let e = lamina_model::ModelError::BadToken { id: 9, n_vocab: 5 };
+        assert_eq!(from_model(&e).status, StatusCode::BAD_REQUEST);
+        assert!(from_model(&e).message.contains("token id 9"));
     }
 }

@@ -5,9 +5,20 @@
 //!   ([`workers`]) and builds the shared [`AppState`].
 //! * [`Server::serve`] answers HTTP on a listener until a shutdown signal;
 //!   [`spawn`] runs a server on a background thread (tests, tools).
+//! * [`http`] is the accept loop: hyper connections with header and write
+//!   timeouts, a cap on open connections, graceful shutdown.
+//! * [`guard`] holds the checks every request passes: the `Host` check
+//!   against DNS rebinding, the in-flight limit, the JSON content type, the
+//!   body size and deadline.
 //! * [`routes`] holds the handlers, [`api`] the request and response bodies,
-//!   [`metrics`] the Prometheus counters, [`sched`] the queues and the fair
-//!   turnstile every forward pass goes through.
+//!   [`input`] the typed forms of the fields a client can make large (never
+//!   a generic JSON tree), [`metrics`] the Prometheus counters, [`sched`] the
+//!   queues and the fair turnstile every forward pass goes through.
+//!
+//! Every resource a client can claim is bounded by a [`ServeConfig`] limit:
+//! connections, time to send a head or body, time a response may stall,
+//! body bytes, requests in flight, queued requests, inputs and tokens per
+//! request.
 //!
 //! Where OpenAI's API and the issue are silent the server does what
 //! llama.cpp's `llama-server` does: unset sampling fields take llama.cpp's
@@ -18,6 +29,9 @@
 
 pub mod api;
 pub mod error;
+pub mod guard;
+pub mod http;
+pub mod input;
 pub mod metrics;
 pub mod routes;
 pub mod sched;
@@ -25,8 +39,8 @@ pub mod workers;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -71,6 +85,29 @@ pub struct ServeConfig {
     pub kv: KvType,
     /// How model files come into memory.
     pub load: Load,
+    /// Time a client has to send a request head; also the longest an idle
+    /// keep-alive connection waits for its next request.
+    pub header_timeout: Duration,
+    /// Time a client has to send a whole request body.
+    pub body_timeout: Duration,
+    /// How long a response write may make no progress (a client that stopped
+    /// reading) before the connection is closed.
+    pub write_timeout: Duration,
+    /// Most open connections; beyond, new ones wait to be accepted.
+    pub max_connections: usize,
+    /// Most POST requests handled at once; beyond: 503 with `Retry-After`.
+    pub max_in_flight: usize,
+    /// Most tokens in one request's inputs (embeddings, completion prompt);
+    /// beyond: 413.
+    pub max_request_tokens: usize,
+    /// Host names (with or without port) answered besides loopback names and
+    /// the bound address.
+    pub allowed_hosts: Vec<String>,
+    /// Origins allowed cross-origin requests (CORS), `*` for any; none: CORS off.
+    pub cors_origins: Vec<String>,
+    /// Whether special-token text inside chat message content is parsed as
+    /// special tokens (off: it is tokenized as plain text).
+    pub special_in_content: bool,
 }
 
 impl Default for ServeConfig {
@@ -89,6 +126,15 @@ impl Default for ServeConfig {
             max_inputs: 2048,
             kv: KvType::F16,
             load: Load::Map,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(60),
+            max_connections: 512,
+            max_in_flight: 256,
+            max_request_tokens: 65536,
+            allowed_hosts: Vec::new(),
+            cors_origins: Vec::new(),
+            special_in_content: false,
         }
     }
 }
@@ -120,6 +166,10 @@ pub struct AppState {
     pub turnstile: Arc<Turnstile>,
     pub started: u64,
     pub next_id: AtomicU64,
+    /// Places for the POST requests in flight.
+    pub in_flight: Arc<tokio::sync::Semaphore>,
+    /// The address the server listens on, once it does.
+    pub bound: OnceLock<SocketAddr>,
 }
 
 impl AppState {
@@ -196,11 +246,29 @@ impl Server {
         if cfg.models.is_empty() {
             return Err(ServeError::Config("no model to serve (-m MODEL)".into()));
         }
-        if cfg.parallel == 0 || cfg.max_batch == 0 || cfg.max_queue == 0 || cfg.max_inputs == 0 {
+        if [
+            cfg.parallel,
+            cfg.max_batch,
+            cfg.max_queue,
+            cfg.max_inputs,
+            cfg.max_connections,
+            cfg.max_in_flight,
+            cfg.max_request_tokens,
+        ]
+        .contains(&0)
+        {
             return Err(ServeError::Config(
-                "--parallel, --max-batch, --max-queue and --max-inputs must be at least 1".into(),
+                "--parallel, --max-batch, --max-queue, --max-inputs, --max-connections, \
+                 --max-in-flight and --max-request-tokens must be at least 1"
+                    .into(),
             ));
         }
+        if [cfg.header_timeout, cfg.body_timeout, cfg.write_timeout].contains(&Duration::ZERO) {
+            return Err(ServeError::Config(
+                "the header, body and write timeouts must be above 0".into(),
+            ));
+        }
+        routes::cors(&cfg.cors_origins)?;
         if cfg.ctx == Some(0) {
             return Err(ServeError::Config("--ctx must be at least 1".into()));
         }
@@ -304,6 +372,7 @@ impl Server {
                 );
             }
         }
+        let cfg_in_flight = cfg.max_in_flight;
         let state = Arc::new(AppState {
             cfg,
             embedders,
@@ -312,6 +381,8 @@ impl Server {
             turnstile,
             started: api::unix_now(),
             next_id: AtomicU64::new(0),
+            in_flight: Arc::new(tokio::sync::Semaphore::new(cfg_in_flight)),
+            bound: OnceLock::new(),
         });
         Ok(Server { state, threads })
     }
@@ -332,10 +403,15 @@ impl Server {
         listener: tokio::net::TcpListener,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
+        let _ = self.state.bound.set(listener.local_addr()?);
         let app = self.router();
-        axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
+        let cfg = &self.state.cfg;
+        let limits = http::ConnLimits {
+            header_timeout: cfg.header_timeout,
+            write_timeout: cfg.write_timeout,
+            max_connections: cfg.max_connections,
+        };
+        http::serve(listener, app, limits, shutdown).await
         // Dropping `self` stops the inference threads.
     }
 }

@@ -130,6 +130,7 @@ pub struct Metrics {
     pub embedding_inputs: AtomicU64,
     pub embedding_batches: AtomicU64,
     pub cancelled: AtomicU64,
+    pub embed_cancelled: AtomicU64,
     pub rejected: AtomicU64,
     pub batch_texts: Histogram,
     pub time_to_first_token: Histogram,
@@ -152,6 +153,7 @@ impl Default for Metrics {
             embedding_inputs: AtomicU64::new(0),
             embedding_batches: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
+            embed_cancelled: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             batch_texts: Histogram::new(BATCH_BUCKETS),
             time_to_first_token: Histogram::new(LATENCY_BUCKETS),
@@ -268,7 +270,7 @@ impl Metrics {
         counter(
             &mut o,
             "lamina_embedding_batches_total",
-            "Batched embedding forward runs.",
+            "Embedding forward passes (each of up to --batch-tokens tokens).",
             self.embedding_batches.load(Relaxed),
         );
         counter(
@@ -279,13 +281,19 @@ impl Metrics {
         );
         counter(
             &mut o,
+            "lamina_embeddings_cancelled_total",
+            "Embedding requests dropped unfinished because their client went away.",
+            self.embed_cancelled.load(Relaxed),
+        );
+        counter(
+            &mut o,
             "lamina_requests_rejected_total",
-            "Requests refused with 503 because a queue was full.",
+            "Requests refused with 503 because a queue or the in-flight limit was full.",
             self.rejected.load(Relaxed),
         );
         let _ = writeln!(
             o,
-            "# HELP lamina_embedding_batch_texts Texts per batched embedding run.\n# TYPE lamina_embedding_batch_texts histogram"
+            "# HELP lamina_embedding_batch_texts Texts per embedding forward pass.\n# TYPE lamina_embedding_batch_texts histogram"
         );
         self.batch_texts
             .write(&mut o, "lamina_embedding_batch_texts", "");

@@ -1,4 +1,5 @@
-//! The HTTP routes and their middleware (request metrics, API key).
+//! The HTTP routes and their middleware (request metrics, host check, CORS,
+//! API key, in-flight limit).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -7,20 +8,22 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, Request, State};
-use axum::http::{StatusCode, header};
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use lamina_model::ModelError;
 use lamina_model::generate::GenerateOptions;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
+use tower_http::cors::{AllowOrigin, CorsLayer};
 
-use crate::api::{self, EmbeddingsRequest, GenRequest, Input, Reply, Usage};
-use crate::error::ApiError;
+use crate::api::{self, EmbeddingsRequest, GenRequest, Reply, Usage};
+use crate::error::{ApiError, ServeError, from_model, too_many_tokens};
+use crate::guard::{self, InFlightPermit};
+use crate::input::{self, Input, InputLimits};
 use crate::metrics::Route;
 use crate::workers::{EmbedJob, GenEvent, GenJob};
 use crate::{AppState, GenHandle};
@@ -35,15 +38,53 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models", get(list_models))
         .route("/v1/models/{id}", get(get_model))
         .route("/metrics", get(metrics))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            guard::limit_in_flight,
+        ))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
-    Router::new()
+    let mut app = Router::new()
         .route("/health", get(health))
         .merge(protected)
         .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(state.cfg.max_body))
-        .layer(middleware::from_fn_with_state(state.clone(), track))
-        .with_state(state)
+        .method_not_allowed_fallback(method_not_allowed);
+    // The origins were checked when the server was loaded.
+    if let Ok(Some(cors)) = cors(&state.cfg.cors_origins) {
+        app = app.layer(cors);
+    }
+    app.layer(middleware::from_fn_with_state(
+        state.clone(),
+        guard::check_host,
+    ))
+    .layer(middleware::from_fn_with_state(state.clone(), track))
+    .with_state(state)
+}
+
+/// The CORS layer for `origins` (`*`: any); none without origins.
+pub fn cors(origins: &[String]) -> Result<Option<CorsLayer>, ServeError> {
+    if origins.is_empty() {
+        return Ok(None);
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        let list = origins
+            .iter()
+            .map(|o| {
+                HeaderValue::from_str(o.trim_end_matches('/')).map_err(|_| {
+                    ServeError::Config(format!("--cors-origin {o:?} is not an origin"))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        AllowOrigin::list(list)
+    };
+    Ok(Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([Method::GET, Method::POST])
+            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+            .max_age(std::time::Duration::from_secs(600)),
+    ))
 }
 
 fn respond(r: Result<Response, ApiError>) -> Response {
@@ -184,25 +225,6 @@ async fn method_not_allowed(req: Request) -> Response {
     .into_response()
 }
 
-fn body_error(s: &AppState, r: BytesRejection) -> ApiError {
-    let status = r.status();
-    if status == StatusCode::PAYLOAD_TOO_LARGE {
-        ApiError::status(
-            status,
-            format!(
-                "The request body is larger than the limit of {} bytes",
-                s.cfg.max_body
-            ),
-        )
-        .code("request_too_large")
-    } else {
-        ApiError::status(
-            status,
-            format!("The request body could not be read: {}", r.body_text()),
-        )
-    }
-}
-
 fn join_error(e: tokio::task::JoinError) -> ApiError {
     tracing::error!("a tokenizing task failed: {e}");
     ApiError::internal("tokenizing the input failed inside the server")
@@ -211,16 +233,14 @@ fn join_error(e: tokio::task::JoinError) -> ApiError {
 // ---------------------------------------------------------------------------
 // Embeddings
 
-async fn embeddings(State(s): St, body: Result<Bytes, BytesRejection>) -> Response {
-    respond(embeddings_inner(s, body).await)
+async fn embeddings(State(s): St, req: Request) -> Response {
+    respond(embeddings_inner(s, req).await)
 }
 
-async fn embeddings_inner(
-    s: Arc<AppState>,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let body = body.map_err(|r| body_error(&s, r))?;
+async fn embeddings_inner(s: Arc<AppState>, req: Request) -> Result<Response, ApiError> {
+    let body = guard::json_body(&s, req).await?;
     let req: EmbeddingsRequest = api::parse(&body)?;
+    drop(body);
     let em = s.embedder(req.model.as_deref())?;
     let index = s
         .embedders
@@ -229,24 +249,63 @@ async fn embeddings_inner(
         .unwrap_or(0);
     let enc = api::encoding(req.encoding_format.as_deref())?;
     let dim = api::dimensions(req.dimensions, em.dim)?;
-    let inputs = api::inputs("input", &req.input, em.n_vocab, s.cfg.max_inputs)?;
-    let many = matches!(req.input, Value::Array(ref a) if !a.first().is_some_and(Value::is_number));
+    let budget = s.cfg.max_request_tokens;
+    let lim = InputLimits {
+        n_vocab: em.n_vocab,
+        max_inputs: s.cfg.max_inputs,
+        max_tokens: budget,
+    };
+    let inputs = input::parse_inputs("input", &req.input, lim)?;
+    drop(req);
+    let many = inputs.many;
     let st = s.clone();
     let seqs = tokio::task::spawn_blocking(move || {
         let em = &st.embedders[index];
+        let mut total = 0usize;
         inputs
+            .items
             .into_iter()
             .enumerate()
             .map(|(i, input)| {
-                let ids = match input {
-                    Input::Text(t) => em.tok.encode(&t, true, true),
-                    Input::Tokens(t) => t,
-                };
                 let param = if many {
                     format!("input[{i}]")
                 } else {
                     "input".to_string()
                 };
+                let context = |n: usize, at_least: bool| {
+                    ApiError::invalid_param(
+                        &param,
+                        format!(
+                            "'{param}' has {}{n} tokens, more than the model's context of {} tokens",
+                            if at_least { "at least " } else { "" },
+                            em.n_ctx
+                        ),
+                    )
+                    .code("context_length_exceeded")
+                };
+                let left = budget - total;
+                let ids = match input {
+                    // Refused as soon as the text cannot fit, before it is
+                    // all tokenized.
+                    Input::Text(t) => match em.tok.encode_within(&t, true, true, em.n_ctx.min(left)) {
+                        Ok(ids) => ids,
+                        Err(ModelError::ContextExceeded {
+                            n_tokens, at_least, ..
+                        }) => {
+                            return Err(if left < em.n_ctx {
+                                too_many_tokens("input", budget)
+                            } else {
+                                context(n_tokens, at_least)
+                            });
+                        }
+                        Err(e) => return Err(from_model(&e)),
+                    },
+                    Input::Tokens(t) => t,
+                };
+                if ids.len() > left {
+                    return Err(too_many_tokens("input", budget));
+                }
+                total += ids.len();
                 if ids.is_empty() {
                     return Err(ApiError::invalid_param(
                         &param,
@@ -254,15 +313,7 @@ async fn embeddings_inner(
                     ));
                 }
                 if ids.len() > em.n_ctx {
-                    return Err(ApiError::invalid_param(
-                        &param,
-                        format!(
-                            "'{param}' has {} tokens, more than the model's context of {} tokens",
-                            ids.len(),
-                            em.n_ctx
-                        ),
-                    )
-                    .code("context_length_exceeded"));
+                    return Err(context(ids.len(), false));
                 }
                 Ok(ids)
             })
@@ -315,26 +366,33 @@ async fn embeddings_inner(
 // ---------------------------------------------------------------------------
 // Completions and chat completions
 
-async fn completions(State(s): St, body: Result<Bytes, BytesRejection>) -> Response {
-    respond(generation(s, body, false).await)
+async fn completions(State(s): St, req: Request) -> Response {
+    respond(generation(s, req, false).await)
 }
 
-async fn chat_completions(State(s): St, body: Result<Bytes, BytesRejection>) -> Response {
-    respond(generation(s, body, true).await)
+async fn chat_completions(State(s): St, req: Request) -> Response {
+    respond(generation(s, req, true).await)
 }
 
 /// The prompt's token ids: the chat rendered with the model's template, or
 /// the completion prompt (text or ids).
-async fn prompt_ids(g: &GenHandle, req: &GenRequest, chat: bool) -> Result<Vec<u32>, ApiError> {
+async fn prompt_ids(
+    s: &AppState,
+    g: &GenHandle,
+    req: GenRequest,
+    chat: bool,
+) -> Result<Vec<u32>, ApiError> {
     let gm = g.model.clone();
     if chat {
         let msgs = req.chat_messages()?;
+        drop(req);
+        let special = s.cfg.special_in_content;
+        // Special-token text inside message content stays plain text unless
+        // the server was told otherwise; a template error is the request's.
         return tokio::task::spawn_blocking(move || {
-            let text = gm
-                .template
-                .render(&msgs, true)
-                .map_err(|e| ApiError::invalid_param("messages", e.to_string()))?;
-            Ok(gm.tok.encode(&text, true, true))
+            gm.template
+                .render_tokens(&gm.tok, &msgs, true, special)
+                .map_err(|e| ApiError::invalid_param("messages", e.to_string()))
         })
         .await
         .map_err(join_error)?;
@@ -345,27 +403,54 @@ async fn prompt_ids(g: &GenHandle, req: &GenRequest, chat: bool) -> Result<Vec<u
             "'prompt' is required: a string or an array of token ids",
         ));
     };
-    let mut inputs = api::inputs("prompt", prompt, gm.tok.n_vocab(), 1)?;
-    match inputs.pop() {
+    let lim = InputLimits {
+        n_vocab: gm.tok.n_vocab(),
+        max_inputs: 1,
+        max_tokens: s.cfg.max_request_tokens,
+    };
+    let mut inputs = input::parse_inputs("prompt", prompt, lim)?;
+    drop(req);
+    match inputs.items.pop() {
         Some(Input::Tokens(t)) => Ok(t),
-        Some(Input::Text(t)) => tokio::task::spawn_blocking(move || gm.tok.encode(&t, true, true))
-            .await
-            .map_err(join_error),
+        Some(Input::Text(t)) => tokio::task::spawn_blocking(move || {
+            // A prompt must leave room for one generated token.
+            gm.tok
+                .encode_within(&t, true, true, gm.n_ctx.saturating_sub(1))
+                .map_err(|e| prompt_error(&e, "prompt", gm.n_ctx))
+        })
+        .await
+        .map_err(join_error)?,
         None => Err(ApiError::invalid_param("prompt", "'prompt' is empty")),
     }
 }
 
-async fn generation(
-    s: Arc<AppState>,
-    body: Result<Bytes, BytesRejection>,
-    chat: bool,
-) -> Result<Response, ApiError> {
-    let body = body.map_err(|r| body_error(&s, r))?;
+/// A tokenizing error of a prompt (`field`): over the context, or bad input.
+fn prompt_error(e: &ModelError, field: &str, n_ctx: usize) -> ApiError {
+    match e {
+        ModelError::ContextExceeded {
+            n_tokens, at_least, ..
+        } => ApiError::invalid_param(
+            field,
+            format!(
+                "The prompt has {}{n_tokens} tokens, which leaves no room in the context of \
+                 {n_ctx} tokens (the server's --ctx)",
+                if *at_least { "at least " } else { "" }
+            ),
+        )
+        .code("context_length_exceeded"),
+        _ => from_model(e),
+    }
+}
+
+async fn generation(s: Arc<AppState>, req: Request, chat: bool) -> Result<Response, ApiError> {
+    let permit = req.extensions().get::<InFlightPermit>().cloned();
+    let body = guard::json_body(&s, req).await?;
     let req: GenRequest = api::parse(&body)?;
+    drop(body);
     let g = s.generator(req.model.as_deref())?;
     let n_ctx = g.model.n_ctx;
     let params = req.params(n_ctx)?;
-    let prompt = prompt_ids(g, &req, chat).await?;
+    let prompt = prompt_ids(&s, g, req, chat).await?;
     let field = if chat { "messages" } else { "prompt" };
     if prompt.is_empty() {
         return Err(ApiError::invalid_param(
@@ -417,7 +502,7 @@ async fn generation(
         model: g.name.clone(),
     };
     if params.stream {
-        let stream = sse_stream(rx, reply, params.include_usage);
+        let stream = sse_stream(rx, reply, params.include_usage, permit);
         return Ok(Sse::new(stream)
             .keep_alive(KeepAlive::default())
             .into_response());
@@ -454,6 +539,8 @@ struct SseState {
     pending: VecDeque<Event>,
     started: bool,
     finished: bool,
+    /// The stream counts as in flight until it ends.
+    _permit: Option<InFlightPermit>,
 }
 
 fn data(v: &Value) -> Event {
@@ -467,6 +554,7 @@ fn sse_stream(
     rx: mpsc::UnboundedReceiver<GenEvent>,
     reply: Reply,
     include_usage: bool,
+    permit: Option<InFlightPermit>,
 ) -> impl futures_util::Stream<Item = Result<Event, Infallible>> + Send {
     let st = SseState {
         rx,
@@ -475,6 +563,7 @@ fn sse_stream(
         pending: VecDeque::new(),
         started: false,
         finished: false,
+        _permit: permit,
     };
     futures_util::stream::unfold(st, |mut st| async move {
         loop {

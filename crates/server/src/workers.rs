@@ -5,8 +5,11 @@
 //!
 //! * An embedding model has one worker. It takes the oldest job, then keeps
 //!   taking queued jobs for a short window (or until `max_batch` texts), and
-//!   embeds all their texts in one `embed_ids` call (texts packed whole into
-//!   forward passes of up to `batch_tokens` tokens).
+//!   embeds their texts packed whole into forward passes of up to
+//!   `batch_tokens` tokens, one turn of the turnstile per pass, so other
+//!   models' work interleaves with a large request. Between passes the texts
+//!   of a job whose client went away are dropped, and a job whose texts are
+//!   all done is answered at once.
 //! * A generative model has `parallel` slot threads, each owning a
 //!   [`Session`] (its KV cache, kept between requests for prefix reuse). A
 //!   slot takes the oldest waiting request; requests beyond the slots wait in
@@ -82,55 +85,106 @@ pub fn embed_worker(
         for j in &jobs {
             metrics.queue_wait.observe_duration(j.enqueued.elapsed());
         }
-        // Clients that went away while queued are not worked for.
-        jobs.retain(|j| !j.reply.is_closed());
-        if jobs.is_empty() {
-            continue;
+        run_embed_batch(&mut embedder, jobs, &opts, &turnstile, &metrics);
+    }
+}
+
+/// A job being embedded: its texts, the vectors done so far, its reply.
+struct Running {
+    seqs: Vec<Vec<u32>>,
+    done: Vec<Vec<f32>>,
+    reply: Option<oneshot::Sender<Result<Vec<Vec<f32>>, ApiError>>>,
+}
+
+/// Embeds `jobs` pass by pass; see the module documentation.
+fn run_embed_batch(
+    embedder: &mut Embedder,
+    jobs: Vec<EmbedJob>,
+    opts: &EmbedOptions,
+    turnstile: &Turnstile,
+    metrics: &Metrics,
+) {
+    let mut jobs: Vec<Running> = jobs
+        .into_iter()
+        .map(|j| Running {
+            done: Vec::with_capacity(j.seqs.len()),
+            seqs: j.seqs,
+            reply: Some(j.reply),
+        })
+        .collect();
+    // The next text to embed: (job, text).
+    let (mut job, mut text) = (0, 0);
+    let mut pass: Vec<Vec<u32>> = Vec::new();
+    let mut owners: Vec<usize> = Vec::new();
+    loop {
+        // Clients that went away are not worked for any longer.
+        for j in &mut jobs {
+            if j.reply.as_ref().is_some_and(|r| r.is_closed()) {
+                j.reply = None;
+                j.seqs = Vec::new();
+                metrics.embed_cancelled.fetch_add(1, Relaxed);
+            }
         }
-        let mut seqs = Vec::with_capacity(n_texts);
-        let mut counts = Vec::with_capacity(jobs.len());
-        let mut replies = Vec::with_capacity(jobs.len());
-        for j in jobs {
-            counts.push(j.seqs.len());
-            seqs.extend(j.seqs);
-            replies.push(j.reply);
+        // Texts packed whole, as `embed_ids` packs them.
+        pass.clear();
+        owners.clear();
+        let mut n_tokens = 0;
+        while job < jobs.len() {
+            if jobs[job].reply.is_none() || text >= jobs[job].seqs.len() {
+                (job, text) = (job + 1, 0);
+                continue;
+            }
+            let len = jobs[job].seqs[text].len();
+            if !pass.is_empty() && n_tokens + len > opts.batch_tokens {
+                break;
+            }
+            pass.push(std::mem::take(&mut jobs[job].seqs[text]));
+            owners.push(job);
+            n_tokens += len;
+            text += 1;
+        }
+        if pass.is_empty() {
+            return;
         }
         let result = {
             let _turn = turnstile.acquire();
-            catch_unwind(AssertUnwindSafe(|| {
-                embedder.embed_ids(&seqs, &opts, &Rayon)
-            }))
+            catch_unwind(AssertUnwindSafe(|| embedder.embed_ids(&pass, opts, &Rayon)))
         };
         metrics.embedding_batches.fetch_add(1, Relaxed);
-        metrics.batch_texts.observe(seqs.len() as f64);
-        match result {
+        metrics.batch_texts.observe(pass.len() as f64);
+        let err = match result {
             Ok(Ok(vectors)) => {
-                let n_tokens: usize = seqs.iter().map(Vec::len).sum();
                 metrics.embedding_tokens.fetch_add(n_tokens as u64, Relaxed);
                 metrics
                     .embedding_inputs
-                    .fetch_add(seqs.len() as u64, Relaxed);
-                let mut it = vectors.into_iter().map(|e| e.vector);
-                for (reply, n) in replies.into_iter().zip(counts) {
-                    let _ = reply.send(Ok(it.by_ref().take(n).collect()));
+                    .fetch_add(pass.len() as u64, Relaxed);
+                for (e, &o) in vectors.into_iter().zip(&owners) {
+                    let j = &mut jobs[o];
+                    j.done.push(e.vector);
+                    if j.done.len() == j.seqs.len()
+                        && let Some(reply) = j.reply.take()
+                    {
+                        let _ = reply.send(Ok(std::mem::take(&mut j.done)));
+                        j.seqs = Vec::new();
+                    }
                 }
+                continue;
             }
             Ok(Err(e)) => {
                 tracing::warn!("embedding batch failed: {e}");
-                let err = from_model(&e);
-                for reply in replies {
-                    let _ = reply.send(Err(err.clone()));
-                }
+                from_model(&e)
             }
             Err(_) => {
                 tracing::error!("the embedding worker panicked; its batch is answered with 500");
-                for reply in replies {
-                    let _ = reply.send(Err(ApiError::internal(
-                        "the embedding failed inside the server",
-                    )));
-                }
+                ApiError::internal("the embedding failed inside the server")
+            }
+        };
+        for j in &mut jobs {
+            if let Some(reply) = j.reply.take() {
+                let _ = reply.send(Err(err.clone()));
             }
         }
+        return;
     }
 }
 
