@@ -908,16 +908,7 @@ fn embed(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
     for (label, text) in [("9-word", SHORT_TEXT), ("49-word", LONG_TEXT)] {
         eprintln!("  {label} text: lamina");
         let m = measure_ok(
-            Command::new(&lamina)
-                .args([
-                    "bench",
-                    "embed",
-                    "--json",
-                    "--warmup",
-                    &WARMUP_RUNS.to_string(),
-                    "-t",
-                    &t,
-                ])
+            lamina_bench_embed(&lamina, &t)
                 .args(["--runs", &args.runs.to_string(), "--text", text, "-m"])
                 .arg(&model),
         )?;
@@ -991,16 +982,7 @@ fn embed(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
     std::fs::write(&batch_file, texts.join("\n"))?;
     eprintln!("  batch of {BATCH}: lamina");
     let m = measure_ok(
-        Command::new(&lamina)
-            .args([
-                "bench",
-                "embed",
-                "--json",
-                "--warmup",
-                &WARMUP_RUNS.to_string(),
-                "-t",
-                &t,
-            ])
+        lamina_bench_embed(&lamina, &t)
             .args(["--runs", &args.reps.to_string(), "--text", SHORT_TEXT])
             .args(["--batch", &BATCH.to_string(), "-m"])
             .arg(&model),
@@ -1531,6 +1513,15 @@ fn embed_pp(
                "llama_cpp_command": format!("llama-bench -m MODEL -p {tokens} -n 0 -t {t} -r {reps} -b {ub} -ub {ub} --embeddings 1 -o json")}),
     );
     Ok(())
+}
+
+/// `lamina bench embed --json` with the shared warm-up count on `threads` threads.
+fn lamina_bench_embed(lamina: &Path, threads: &str) -> Command {
+    let mut cmd = Command::new(lamina);
+    cmd.args(["bench", "embed", "--json", "--warmup"])
+        .arg(WARMUP_RUNS.to_string())
+        .args(["-t", threads]);
+    cmd
 }
 
 #[cfg(test)]

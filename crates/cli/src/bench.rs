@@ -158,10 +158,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
     let model = Model::open_with(&path, a.load.load())
         .with_context(|| format!("loading {}", path.display()))?;
     let hp = &model.hp;
-    let n_ctx = a
-        .pp
-        .checked_add(a.tg)
-        .context("--pp plus --tg overflows")?;
+    let n_ctx = a.pp.checked_add(a.tg).context("--pp plus --tg overflows")?;
     lamina_model::mem::check_session(hp, n_ctx, KvType::F16, a.pp)?;
     let mut cache = KvCache::new(hp, n_ctx, KvType::F16);
     let mut ws = Workspace::new(hp, a.pp);

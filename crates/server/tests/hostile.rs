@@ -371,6 +371,16 @@ fn id_inputs(n: usize, len: usize) -> Value {
     )
 }
 
+/// Polls `/metrics` until the counter `name` reaches 1, failing with `what`
+/// after `secs` seconds.
+fn wait_for_metric(addr: SocketAddr, name: &str, secs: u64, what: &str) {
+    let t = Instant::now();
+    while metric(&get(addr, "/metrics").text(), name) < 1.0 {
+        assert!(t.elapsed() < Duration::from_secs(secs), "{what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 #[test]
 fn a_huge_embeddings_request_shares_the_machine_and_stops_when_dropped() {
     let (Some(embed), Some(gen_path)) = (embed_model(), gen_model()) else {
@@ -402,18 +412,12 @@ fn a_huge_embeddings_request_shares_the_machine_and_stops_when_dropped() {
         big.to_string().as_bytes(),
     ))
     .unwrap();
-    let t = Instant::now();
-    while metric(
-        &get(addr, "/metrics").text(),
+    wait_for_metric(
+        addr,
         "lamina_embedding_batches_total",
-    ) < 1.0
-    {
-        assert!(
-            t.elapsed() < Duration::from_secs(60),
-            "the big request never started"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+        60,
+        "the big request never started",
+    );
     // ...and a chat request to the other model is answered meanwhile.
     let t = Instant::now();
     let r = post(
@@ -436,18 +440,12 @@ fn a_huge_embeddings_request_shares_the_machine_and_stops_when_dropped() {
 
     // Dropping the connection stops the work between passes.
     drop(a);
-    let t = Instant::now();
-    while metric(
-        &get(addr, "/metrics").text(),
+    wait_for_metric(
+        addr,
         "lamina_embeddings_cancelled_total",
-    ) < 1.0
-    {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "the big request was not cancelled"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        30,
+        "the big request was not cancelled",
+    );
     let after = metric(
         &get(addr, "/metrics").text(),
         "lamina_embedding_inputs_total",
