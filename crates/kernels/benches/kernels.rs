@@ -11,7 +11,7 @@
 
 use criterion::{Criterion, black_box, criterion_group, criterion_main};
 use lamina_kernels::matmul::{Layout, Scratch, Weights, matmul};
-use lamina_kernels::spin::SpinPool;
+use lamina_kernels::spin_pool::SpinPool;
 use lamina_kernels::{GgmlType, Isa, kernels};
 use std::time::Instant;
 
@@ -200,7 +200,7 @@ fn bench(c: &mut Criterion) {
     // every call, which costs single-token calls of tens of microseconds a
     // visible share).
     let pool = SpinPool::new(rayon::current_num_threads());
-    let bw = lamina_kernels::probe::memory_bandwidth(&pool, 5).expect("1 GiB for the probe");
+    let bw = lamina_kernels::bandwidth::memory_bandwidth(&pool, 5).expect("1 GiB for the probe");
     let peak = probe_int8_peak();
     eprintln!(
         "ISA {} | memory bandwidth {bw:.1} GB/s | int8 dot peak {peak:.1} GOP/s",

@@ -4,7 +4,7 @@
 //! mask the models need: causal (`0..=pos`), causal sliding window
 //! (`pos+1-w..=pos`) and the symmetric window of a bidirectional sequence
 //! (`max(start, i-w/2)..min(end, i+w/2+1)`). Keys are visited in blocks of
-//! [`KEY_BLOCK`]: scores of a block land in a stack array, the running max
+//! `KEY_BLOCK`: scores of a block land in a stack array, the running max
 //! and sum are updated once per block, and the value rows are accumulated
 //! straight into the output row. Prompt-sized calls over an f16 cache widen
 //! each task's key and value rows to f32 once, for all its query heads and
@@ -14,10 +14,10 @@
 //! Work is split over (query chunk × kv head for prompts, or × part of a kv
 //! head's query heads for a few queries, as `group_parts` splits them) tasks on a
 //! [`ThreadPool`]; tasks write disjoint output rows. A query's heads go
-//! through the row kernel of the selected ISA ([`AttendFn`]: the portable
+//! through the row kernel of the selected ISA (`AttendFn`: the portable
 //! one here, the AVX2 one on x86-64, built for AVX-512 VL's registers where
 //! that is the ISA, or AVX-512's in 512-bit vectors with AVX2's bits for
-//! heads of a multiple of 16 values) one at a time, or up to [`MAX_HEADS`]
+//! heads of a multiple of 16 values) one at a time, or up to `MAX_HEADS`
 //! of a kv head's group together, reading each key and value row once for
 //! all of them. A row's result depends only on its query, its key range and
 //! the ISA, never on the other rows or heads of the call, so a token's
@@ -171,37 +171,41 @@ pub fn attention_on(
         ..
     } = *shape;
     if hd == 0 || hd > MAX_HEAD_DIM || n_head_kv == 0 || !n_head.is_multiple_of(n_head_kv) {
-        return Err(KernelError::Shape(format!(
-            "attention with {n_head} heads, {n_head_kv} kv heads of {hd} values"
-        )));
+        return Err(KernelError::AttentionHeads {
+            n_head,
+            n_head_kv,
+            head_dim: hd,
+        });
     }
     if matches!(
         (k, v),
         (KvRows::F32(_), KvRows::F16(_)) | (KvRows::F16(_), KvRows::F32(_))
     ) {
-        return Err(KernelError::Shape(
-            "attention: keys and values of different element types".into(),
-        ));
+        return Err(KernelError::MixedKeysValues);
     }
     let q_row = n_head * hd;
     let kv_row = n_head_kv * hd;
     if !q.len().is_multiple_of(q_row) || q.len() != out.len() || k.len() != v.len() {
-        return Err(KernelError::Shape(format!(
-            "attention: q {} values, out {}, k {}, v {} (rows of {q_row} / {kv_row})",
-            q.len(),
-            out.len(),
-            k.len(),
-            v.len()
-        )));
+        return Err(KernelError::AttentionBuffers {
+            q: q.len(),
+            out: out.len(),
+            k: k.len(),
+            v: v.len(),
+            q_row,
+            kv_row,
+        });
     }
     let n_q = q.len() / q_row;
     let n_kv = k.len() / kv_row;
     for t in 0..n_q {
         let r = keys(t);
         if r.end > n_kv || r.start > r.end {
-            return Err(KernelError::Shape(format!(
-                "query {t} attends keys {r:?} but only {n_kv} rows are given"
-            )));
+            return Err(KernelError::KeysOutOfRange {
+                query: t,
+                start: r.start,
+                end: r.end,
+                rows: n_kv,
+            });
         }
     }
     let group = n_head / n_head_kv;
@@ -307,12 +311,9 @@ pub fn attention_on(
 /// call has few queries (decoding): the split whose busiest thread does
 /// the least, a task of `r` heads costing `2r + 2` (each head's scores and
 /// value sums, plus reading and widening the key and value rows once for
-/// all of them), ties going to more, smaller tasks. SmolLM2's nine heads in
-/// three groups: two tasks a group (of two heads and one) on two threads,
-/// where a task per head read every key row three times (attention 198 →
-/// 171 µs a token). Gemma 3's four heads in one group stay four tasks: two of two
-/// did less work but, with the vCPUs far apart, a late worker's task could
-/// not be shared (attention 238 → 260 µs a token).
+/// all of them), ties going to more, smaller tasks. A task per head would
+/// read every key row once per head; one task per group leaves a late
+/// worker's share with nobody to take it over.
 fn group_parts(group: usize, n_head_kv: usize, threads: usize) -> usize {
     let makespan = |parts: usize| {
         let mut load = [0usize; 64];
@@ -328,7 +329,7 @@ fn group_parts(group: usize, n_head_kv: usize, threads: usize) -> usize {
         load.iter().copied().max().unwrap_or(0)
     };
     // At least two tasks a thread where the heads allow, so a thread that
-    // starts late (0.5-1 µs when the vCPUs sit far apart) has its second
+    // starts late (vCPUs far apart) has its second
     // task taken from it.
     let enough = match threads {
         1 => 1,

@@ -70,10 +70,7 @@ impl Isa {
     /// The fastest available ISA: the default path.
     ///
     /// AVX-512 VNNI first: its tiles (`vpdpbusd` over rows packed four bytes
-    /// at a time) beat AVX2's on the AVX-512 machine here (2 threads,
-    /// 2026-11-23: SmolLM2 Q8_0 pp512 636 vs 547 tokens/s, EmbeddingGemma
-    /// Q8_0 batch of 96 37.4 vs 31.9 embeddings/s, 12-token text 20.5 vs
-    /// 23.6 ms; Gemma 3 Q4_K_M and token generation level).
+    /// at a time) do a quarter of AVX2's instructions per block.
     pub fn best_available() -> Isa {
         [Isa::Avx512Vnni, Isa::Avx2, Isa::NeonDotprod, Isa::Neon]
             .into_iter()

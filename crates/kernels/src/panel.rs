@@ -2,10 +2,9 @@
 //! that one 64-byte vector holds four consecutive quants of each of the
 //! sixteen rows, for large batches (prompt processing, batched embedding).
 //!
-//! The 1×16 tiles of [`crate::pack`] unpack every weight block again for each
-//! group of tokens and spend two or three shuffles per multiply-add doing it;
-//! at 512 tokens that bounds them to about a quarter of the int8 peak. A
-//! panel is unpacked once per matmul call (by the task that owns its rows,
+//! The 1×16 tiles over packed activations unpack every weight block again
+//! for each group of tokens and spend two or three shuffles per multiply-add
+//! doing it, which bounds large batches well below the int8 peak. A panel is unpacked once per matmul call (by the task that owns its rows,
 //! into that task's part of the scratch) and then multiplied against every
 //! token: per multiply-add, one broadcast of four activation bytes and one
 //! `vpdpbusd`, each lane one weight row. Each lane ends a block (or
@@ -16,6 +15,13 @@
 //! Activations are *prepared* per token first ([`PanelFns::prepare`]): the
 //! quantized row rearranged so that every value a kernel broadcasts or
 //! multiplies lies at a fixed offset of its block.
+//!
+//! A matmul splits a matrix's rows into tasks of whole panels (see
+//! [`crate::matmul`]). A task unpacks a slab of its panels at a time, small
+//! enough to stay in L2, and runs blocks of prepared tokens over the whole
+//! slab so that each block's activations stay in cache across its panels.
+//! Each kernel call covers one panel and [`PANEL_TOKENS`] tokens (or half as
+//! many for the batch's last ones, padded with zero rows).
 //!
 //! Layouts, per weight block of a panel (`r` a row 0..16, all little-endian):
 //! * legacy Q8_0/Q4_0/Q5_0 (576 bytes per 32 values): for dword `k` in 0..8,
@@ -61,8 +67,8 @@ pub type UnpackFn = fn(cols: usize, rows: &[u8], out: &mut [u8]);
 pub type PrepareFn = fn(cols: usize, act: &[u8], out: &mut [u8]);
 /// A float activation row straight to its prepared form: the same bytes as
 /// [`PanelFns::prepare`] of the type's activation quantizer's row, in one
-/// pass (the two passes cost 512-token calls of small matrices a sixth of
-/// their time).
+/// pass, since a second pass over every row is a noticeable part of a large
+/// batch over small matrices.
 pub type QuantizePreparedFn = fn(x: &[f32], out: &mut [u8]);
 /// A panel against `T` prepared activation rows (`acts`, `T` rows back to
 /// back; `T` is [`PANEL_TOKENS`] or half of it): `out[t · 16 + r]` is row
@@ -72,7 +78,9 @@ pub type PanelFn = fn(cols: usize, panel: &[u8], acts: &[u8], out: &mut [f32]);
 /// The panel functions of one weight type on one ISA.
 #[derive(Clone, Copy, Debug)]
 pub struct PanelFns {
+    /// Weight rows into a panel.
     pub unpack: UnpackFn,
+    /// A quantized activation row into its prepared form.
     pub prepare: PrepareFn,
     /// Where the ISA has one: quantizing and preparing in one pass.
     pub quantize_prepared: Option<QuantizePreparedFn>,
@@ -103,20 +111,20 @@ impl PanelFns {
 }
 
 /// Bytes per block of the legacy panel and of its prepared activations.
-pub const LEGACY_BLOCK: usize = 576;
-pub const LEGACY_ACT: usize = 40;
+pub(crate) const LEGACY_BLOCK: usize = 576;
+pub(crate) const LEGACY_ACT: usize = 40;
 /// Bytes per block of the Q8_0 i16 panel and of its prepared activations.
-pub const Q8_0_I16_BLOCK: usize = 1088;
-pub const Q8_0_I16_ACT: usize = 68;
+pub(crate) const Q8_0_I16_BLOCK: usize = 1088;
+pub(crate) const Q8_0_I16_ACT: usize = 68;
 /// Bytes per super-block of the Q4_K panel and of its prepared activations.
-pub const Q4_K_BLOCK: usize = 4992;
-pub const Q4_K_ACT: usize = 276;
+pub(crate) const Q4_K_BLOCK: usize = 4992;
+pub(crate) const Q4_K_ACT: usize = 276;
 /// Bytes per super-block of the Q6_K panel and of its prepared activations.
-pub const Q6_K_BLOCK: usize = 5248;
-pub const Q6_K_ACT: usize = 260;
+pub(crate) const Q6_K_BLOCK: usize = 5248;
+pub(crate) const Q6_K_ACT: usize = 260;
 /// Bytes of a Q8_K block (the K-quants' activations): its scale (f32), 256
 /// quants, the sums of each 16 (i16).
-pub const Q8_K_BYTES: usize = 292;
+pub(crate) const Q8_K_BYTES: usize = 292;
 
 #[inline(always)]
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -198,13 +206,13 @@ fn unpack_legacy<const TS: usize>(
     }
 }
 
-pub fn unpack_q8_0(cols: usize, rows: &[u8], out: &mut [u8]) {
+pub(crate) fn unpack_q8_0(cols: usize, rows: &[u8], out: &mut [u8]) {
     unpack_legacy(GgmlType::Q8_0, cols, rows, out, q8_0_dwords);
 }
-pub fn unpack_q4_0(cols: usize, rows: &[u8], out: &mut [u8]) {
+pub(crate) fn unpack_q4_0(cols: usize, rows: &[u8], out: &mut [u8]) {
     unpack_legacy(GgmlType::Q4_0, cols, rows, out, q4_0_dwords);
 }
-pub fn unpack_q5_0(cols: usize, rows: &[u8], out: &mut [u8]) {
+pub(crate) fn unpack_q5_0(cols: usize, rows: &[u8], out: &mut [u8]) {
     unpack_legacy(GgmlType::Q5_0, cols, rows, out, q5_0_dwords);
 }
 
@@ -221,18 +229,18 @@ fn prepare_legacy(shift: u32, cols: usize, act: &[u8], out: &mut [u8]) {
     }
 }
 
-pub fn prepare_q8_0(cols: usize, act: &[u8], out: &mut [u8]) {
+pub(crate) fn prepare_q8_0(cols: usize, act: &[u8], out: &mut [u8]) {
     prepare_legacy(7, cols, act, out);
 }
-pub fn prepare_q4_0(cols: usize, act: &[u8], out: &mut [u8]) {
+pub(crate) fn prepare_q4_0(cols: usize, act: &[u8], out: &mut [u8]) {
     prepare_legacy(3, cols, act, out);
 }
-pub fn prepare_q5_0(cols: usize, act: &[u8], out: &mut [u8]) {
+pub(crate) fn prepare_q5_0(cols: usize, act: &[u8], out: &mut [u8]) {
     prepare_legacy(4, cols, act, out);
 }
 
 /// The Q8_0 i16 panel (see the module doc).
-pub fn unpack_q8_0_i16(cols: usize, rows: &[u8], out: &mut [u8]) {
+pub(crate) fn unpack_q8_0_i16(cols: usize, rows: &[u8], out: &mut [u8]) {
     let (nb, given) = panel_shape(GgmlType::Q8_0, cols, rows, out, Q8_0_I16_BLOCK);
     if given < PANEL_ROWS {
         out.fill(0);
@@ -254,7 +262,7 @@ pub fn unpack_q8_0_i16(cols: usize, rows: &[u8], out: &mut [u8]) {
 }
 
 /// Q8_0 activations for the Q8_0 i16 panel.
-pub fn prepare_q8_0_i16(cols: usize, act: &[u8], out: &mut [u8]) {
+pub(crate) fn prepare_q8_0_i16(cols: usize, act: &[u8], out: &mut [u8]) {
     let nb = row_blocks(GgmlType::Q8_0, cols, act);
     assert_eq!(out.len(), nb * Q8_0_I16_ACT, "prepared Q8_0 row size");
     for (b, dst) in act.chunks_exact(34).zip(out.chunks_exact_mut(Q8_0_I16_ACT)) {
@@ -282,7 +290,7 @@ pub(crate) fn q4_k_meta(r: usize, b: &[u8; 144], dst: &mut [u8; Q4_K_BLOCK]) {
 
 /// The reference Q4_K unpacker (the AVX-512 one transposes whole panels
 /// with vector shuffles and must produce the same bytes).
-pub fn unpack_q4_k(cols: usize, rows: &[u8], out: &mut [u8]) {
+pub(crate) fn unpack_q4_k(cols: usize, rows: &[u8], out: &mut [u8]) {
     let (nb, given) = panel_shape(GgmlType::Q4_K, cols, rows, out, Q4_K_BLOCK);
     if given < PANEL_ROWS {
         out.fill(0);
@@ -304,7 +312,7 @@ pub fn unpack_q4_k(cols: usize, rows: &[u8], out: &mut [u8]) {
     }
 }
 
-pub fn prepare_q4_k(cols: usize, act: &[u8], out: &mut [u8]) {
+pub(crate) fn prepare_q4_k(cols: usize, act: &[u8], out: &mut [u8]) {
     let nb = row_blocks(GgmlType::Q8_K, cols, act);
     assert_eq!(out.len(), nb * Q4_K_ACT, "prepared Q8_K row size");
     for (b, dst) in act
@@ -336,7 +344,7 @@ pub(crate) fn q6_k_meta(r: usize, b: &[u8; 210], dst: &mut [u8; Q6_K_BLOCK]) {
 
 /// The reference Q6_K unpacker (the AVX-512 one transposes whole panels
 /// with vector shuffles and must produce the same bytes).
-pub fn unpack_q6_k(cols: usize, rows: &[u8], out: &mut [u8]) {
+pub(crate) fn unpack_q6_k(cols: usize, rows: &[u8], out: &mut [u8]) {
     let (nb, given) = panel_shape(GgmlType::Q6_K, cols, rows, out, Q6_K_BLOCK);
     if given < PANEL_ROWS {
         out.fill(0);
@@ -381,7 +389,7 @@ pub fn unpack_q6_k(cols: usize, rows: &[u8], out: &mut [u8]) {
     }
 }
 
-pub fn prepare_q6_k(cols: usize, act: &[u8], out: &mut [u8]) {
+pub(crate) fn prepare_q6_k(cols: usize, act: &[u8], out: &mut [u8]) {
     let nb = row_blocks(GgmlType::Q8_K, cols, act);
     assert_eq!(out.len(), nb * Q6_K_ACT, "prepared Q8_K row size");
     for (b, dst) in act
@@ -400,9 +408,8 @@ pub fn prepare_q6_k(cols: usize, act: &[u8], out: &mut [u8]) {
 // A Q8_0, Q5_0, Q4_K or Q6_K matrix whose rows come in whole panels can be
 // *stored* as panels (rewritten once, at load): then decoding reads sixteen
 // rows per 512-bit vector with one broadcast activation dword per
-// `vpdpbusd`, about a quarter of the instructions per byte of the eight-row
-// kernels over ggml's rows (which left single-token matmuls compute-bound
-// where a host's memory is fast). Each stored layout is exactly the size of
+// `vpdpbusd`, far fewer instructions per byte than the eight-row kernels
+// over ggml's rows, so single-token matmuls stay memory-bound. Each stored layout is exactly the size of
 // its rows: a Q8_0 block is the panel's own (no call unpacks it); the other
 // types keep their quants packed, rebuilt in registers (or, for large
 // batches, unpacked per call like the rows). Rows read back and dequantized
@@ -411,7 +418,7 @@ pub fn prepare_q6_k(cols: usize, act: &[u8], out: &mut [u8]) {
 /// Bytes per block of a stored Q8_0 panel: the legacy panel's 512 bytes of
 /// quants (`w + 128`), then the sixteen rows' scales as the file's f16. That
 /// is exactly the sixteen rows' blocks, so a matrix keeps its size stored.
-pub const STORED_Q8_0_BLOCK: usize = 544;
+pub(crate) const STORED_Q8_0_BLOCK: usize = 544;
 
 /// Sixteen whole weight rows → their stored panel (`out`, the same length).
 pub type StoreFn = fn(cols: usize, rows: &[u8], out: &mut [u8]);
@@ -428,7 +435,9 @@ pub type StoredDotFn = fn(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32
 /// are prepared as for the type's [`PanelFns`].
 #[derive(Clone, Copy, Debug)]
 pub struct StoredPanelFns {
+    /// Sixteen rows into their stored panel (once, at load).
     pub store: StoreFn,
+    /// One row of a stored panel back in ggml's layout.
     pub row: StoredRowFn,
     /// Embedding lookups in a stored token embedding (a tied LM head).
     pub dequantize_row: StoredDequantizeFn,
@@ -451,10 +460,8 @@ pub struct StoredPanelFns {
 }
 
 /// Batches of at least this many tokens unpack stored panels that have an
-/// unpacker. Q5_0's stored kernels expand each block again per eight
-/// tokens: on the Zen 4 host (kernel bench, 2048×640 and 640×2048, runs
-/// alternated) that was 3-10 % faster than unpacking at 16 and 32 tokens,
-/// 5-8 % slower at 64 and 14-16 % slower at 512.
+/// unpacker: the stored kernels expand each block again per eight tokens,
+/// which beats unpacking for small batches and loses to it for large ones.
 pub const STORED_UNPACK_TOKENS: usize = 64;
 
 impl StoredPanelFns {
@@ -478,7 +485,7 @@ impl StoredPanelFns {
 /// mask of the legacy panel's dword `k`); then the rows' scales as f16.
 /// A kernel rebuilds the legacy panel's quants `w + 16` with two ands, a
 /// shift and one masked add per 64 bytes.
-pub const STORED_Q5_0_BLOCK: usize = 352;
+pub(crate) const STORED_Q5_0_BLOCK: usize = 352;
 
 /// Checks a stored panel's shape (`block` bytes per stored block of `ty`);
 /// returns its blocks per row.
@@ -566,7 +573,7 @@ fn stored_dequantize_row<const SB: usize, const TS: usize>(
     }
 }
 
-pub fn store_q8_0(cols: usize, rows: &[u8], out: &mut [u8]) {
+pub(crate) fn store_q8_0(cols: usize, rows: &[u8], out: &mut [u8]) {
     store_blocks(
         GgmlType::Q8_0,
         cols,
@@ -596,15 +603,15 @@ fn stored_q8_0_row_block(src: &[u8; STORED_Q8_0_BLOCK], r: usize) -> [u8; 34] {
     b
 }
 
-pub fn stored_row_q8_0(cols: usize, panel: &[u8], r: usize, out: &mut [u8]) {
+pub(crate) fn stored_row_q8_0(cols: usize, panel: &[u8], r: usize, out: &mut [u8]) {
     stored_row(GgmlType::Q8_0, cols, panel, r, out, stored_q8_0_row_block);
 }
 
-pub fn stored_dequantize_row_q8_0(cols: usize, panel: &[u8], r: usize, out: &mut [f32]) {
+pub(crate) fn stored_dequantize_row_q8_0(cols: usize, panel: &[u8], r: usize, out: &mut [f32]) {
     stored_dequantize_row(GgmlType::Q8_0, cols, panel, r, out, stored_q8_0_row_block);
 }
 
-pub fn store_q5_0(cols: usize, rows: &[u8], out: &mut [u8]) {
+pub(crate) fn store_q5_0(cols: usize, rows: &[u8], out: &mut [u8]) {
     store_blocks(
         GgmlType::Q5_0,
         cols,
@@ -650,11 +657,11 @@ fn stored_q5_0_row_block(src: &[u8; STORED_Q5_0_BLOCK], r: usize) -> [u8; 22] {
     b
 }
 
-pub fn stored_row_q5_0(cols: usize, panel: &[u8], r: usize, out: &mut [u8]) {
+pub(crate) fn stored_row_q5_0(cols: usize, panel: &[u8], r: usize, out: &mut [u8]) {
     stored_row(GgmlType::Q5_0, cols, panel, r, out, stored_q5_0_row_block);
 }
 
-pub fn stored_dequantize_row_q5_0(cols: usize, panel: &[u8], r: usize, out: &mut [f32]) {
+pub(crate) fn stored_dequantize_row_q5_0(cols: usize, panel: &[u8], r: usize, out: &mut [f32]) {
     stored_dequantize_row(GgmlType::Q5_0, cols, panel, r, out, stored_q5_0_row_block);
 }
 
@@ -666,9 +673,9 @@ pub fn stored_dequantize_row_q5_0(cols: usize, panel: &[u8], r: usize, out: &mut
 /// (`2048 + 64m`); then `d` and `dmin` as f16 (2240, 2272). A kernel
 /// rebuilds the Q4_K panel's quants with an and (and a shift), and its
 /// scales and mins with a few byte shuffles per super-block.
-pub const STORED_Q4_K_BLOCK: usize = 2304;
+pub(crate) const STORED_Q4_K_BLOCK: usize = 2304;
 
-pub fn store_q4_k(cols: usize, rows: &[u8], out: &mut [u8]) {
+pub(crate) fn store_q4_k(cols: usize, rows: &[u8], out: &mut [u8]) {
     store_blocks(
         GgmlType::Q4_K,
         cols,
@@ -705,11 +712,11 @@ fn stored_q4_k_row_block(src: &[u8; STORED_Q4_K_BLOCK], r: usize) -> [u8; 144] {
     b
 }
 
-pub fn stored_row_q4_k(cols: usize, panel: &[u8], r: usize, out: &mut [u8]) {
+pub(crate) fn stored_row_q4_k(cols: usize, panel: &[u8], r: usize, out: &mut [u8]) {
     stored_row(GgmlType::Q4_K, cols, panel, r, out, stored_q4_k_row_block);
 }
 
-pub fn stored_dequantize_row_q4_k(cols: usize, panel: &[u8], r: usize, out: &mut [f32]) {
+pub(crate) fn stored_dequantize_row_q4_k(cols: usize, panel: &[u8], r: usize, out: &mut [f32]) {
     stored_dequantize_row(GgmlType::Q4_K, cols, panel, r, out, stored_q4_k_row_block);
 }
 
@@ -721,12 +728,11 @@ pub fn stored_dequantize_row_q4_k(cols: usize, panel: &[u8], r: usize, out: &mut
 /// sixteen 8-bit scales as four dwords (`3072 + 64m`); then `d` as f16
 /// (3328). A kernel rebuilds each 64 bytes of the Q6_K panel's quants
 /// `q − 32` with two shifts, a merge and a subtraction, and the panel's
-/// per-row offset from their sums. (With the low and high bits in separate
-/// runs, the kernel's three interleaved streams left the hardware
-/// prefetchers behind: from memory, a third of the speed.)
-pub const STORED_Q6_K_BLOCK: usize = 3360;
+/// per-row offset from their sums. The high and low bits share one run, so
+/// the kernel reads one stream the hardware prefetchers can follow.
+pub(crate) const STORED_Q6_K_BLOCK: usize = 3360;
 
-pub fn store_q6_k(cols: usize, rows: &[u8], out: &mut [u8]) {
+pub(crate) fn store_q6_k(cols: usize, rows: &[u8], out: &mut [u8]) {
     store_blocks(
         GgmlType::Q6_K,
         cols,
@@ -768,10 +774,10 @@ fn stored_q6_k_row_block(src: &[u8; STORED_Q6_K_BLOCK], r: usize) -> [u8; 210] {
     b
 }
 
-pub fn stored_row_q6_k(cols: usize, panel: &[u8], r: usize, out: &mut [u8]) {
+pub(crate) fn stored_row_q6_k(cols: usize, panel: &[u8], r: usize, out: &mut [u8]) {
     stored_row(GgmlType::Q6_K, cols, panel, r, out, stored_q6_k_row_block);
 }
 
-pub fn stored_dequantize_row_q6_k(cols: usize, panel: &[u8], r: usize, out: &mut [f32]) {
+pub(crate) fn stored_dequantize_row_q6_k(cols: usize, panel: &[u8], r: usize, out: &mut [f32]) {
     stored_dequantize_row(GgmlType::Q6_K, cols, panel, r, out, stored_q6_k_row_block);
 }

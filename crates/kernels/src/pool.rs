@@ -1,5 +1,5 @@
 //! The small thread-pool interface matmul runs on (rayon's, or the spinning
-//! [`crate::spin`] pool), and [`rows2`] for per-token ops over a batch.
+//! [`crate::spin_pool`] pool), and [`rows2`] for per-token ops over a batch.
 
 /// Runs `n_tasks` independent tasks, in parallel where it can, and returns when all are done.
 pub trait ThreadPool: Sync {

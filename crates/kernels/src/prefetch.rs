@@ -2,26 +2,18 @@
 //! panels prefetch, chosen once per process: decoding reads every weight
 //! once a token, so it runs at the speed the stream reaches memory.
 //!
-//! On the Zen 4 host the hardware's prefetchers kept that stream at memory
-//! speed alone: software prefetches 1 to 32 KiB ahead all measured slower.
-//! On the Sapphire Rapids host they did not: the kernels' work between
-//! loads left a thread's stream at 50-70 % of a plain read's speed (Gemma 3
-//! Q4_K_M's attention output and FFN down projections at 18 GB/s where a
-//! read of 1 GiB took 35), and `prefetcht1` 3 KiB ahead of each block
-//! raised decoding 24-28 % (see [`INTEL_AHEAD`]). So Intel CPUs prefetch
-//! [`INTEL_AHEAD`] bytes ahead by default and others not at all;
-//! `LAMINA_PREFETCH` (bytes, `0` for none) overrides that for tuning on a
-//! new machine. A prefetch never changes a result, only its speed.
+//! Some CPUs' hardware prefetchers keep that stream at memory speed alone,
+//! and a software prefetch only costs there. Intel's do not keep up with
+//! these kernels, whose work between loads hides the stream's pattern. So
+//! Intel CPUs prefetch [`INTEL_AHEAD`] bytes ahead by default and others not
+//! at all. `LAMINA_PREFETCH` (bytes, `0` for none) overrides the choice when
+//! tuning a new machine. A prefetch never changes a result, only its speed.
 
 use crate::KernelError;
 use std::sync::OnceLock;
 
-/// The default distance on Intel CPUs. Sapphire Rapids VM, 2 threads, tg
-/// harness with distances alternated in one process (median tokens/s):
-/// Gemma 3 Q4_K_M none 98-101, `prefetcht0` 1 KiB 116-120, 2 KiB 120-124,
-/// 4 KiB 107-113; `prefetcht1` 2.5 KiB 124, **3 KiB 126**, 4 KiB 118;
-/// SmolLM2 Q8_0 none 196-202, `prefetcht1` 2.5 KiB 249, **3 KiB 257**, 4 KiB
-/// 258. The two models' best distances overlap at 3 KiB.
+/// The default distance on Intel CPUs: far enough to cover a DRAM miss at
+/// decoding speed, near enough that the lines are still in L2 when read.
 pub const INTEL_AHEAD: usize = 3072;
 
 /// The largest distance `LAMINA_PREFETCH` takes (1 MiB: far past any use).

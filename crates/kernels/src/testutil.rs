@@ -11,9 +11,9 @@
 //! `n/8` the length of the longest lane's running sum. A 1×4 tile must equal
 //! the same ISA's row kernel column by column within the same bound.
 
+use crate::dispatch::{SCALAR, TypeKernels};
 use crate::isa::Isa;
 use crate::scalar::{self, KBlock, LegacyBlock};
-use crate::table::{SCALAR, TypeKernels};
 use crate::{GgmlType, kernels_for};
 use half::f16;
 use lamina_quant::blocks::*;
@@ -313,9 +313,9 @@ fn check_tiles(
         let group = |rows: Vec<&Vec<u8>>| -> Vec<u8> {
             let g = rows.len();
             let rows: Vec<u8> = rows.into_iter().flatten().copied().collect();
-            if crate::pack::needs_packing(k.activation) {
-                let mut packed = vec![0u8; crate::pack::group_bytes(k.activation, n, g)];
-                crate::pack::pack(k.activation, n, g, &rows, &mut packed, tiles.sum_shift);
+            if crate::act_pack::needs_packing(k.activation) {
+                let mut packed = vec![0u8; crate::act_pack::group_bytes(k.activation, n, g)];
+                crate::act_pack::pack(k.activation, n, g, &rows, &mut packed, tiles.sum_shift);
                 packed
             } else {
                 rows

@@ -7,9 +7,7 @@ use lamina_kernels::matmul::{Layout, Scratch, Weights, matmul};
 use lamina_kernels::pool::Serial;
 use lamina_kernels::{GgmlType, Isa, kernels_for};
 
-#[path = "../../../testdata/require_models.rs"]
-#[allow(dead_code)] // only `say_skipped` is used here
-mod require_models;
+use lamina_testkit as require_models;
 
 fn pseudo(n: usize, seed: u32) -> Vec<f32> {
     let mut s = seed;

@@ -1,122 +1,255 @@
 //! aarch64 kernels and their tables: [`NEON`] for any Advanced SIMD CPU,
-//! [`DOTPROD`] for those with `sdot` (the same kernel bodies, instantiated
-//! with the dot-product instruction instead of widening multiplies, plus
-//! 1×8/1×4 tiles of the legacy types built on the indexed `sdot`).
+//! [`DOTPROD`] for those with `sdot`. Both use the same kernel bodies,
+//! instantiated with the dot-product instruction or with widening
+//! multiplies; DOTPROD adds 1×8/1×4 tiles of the legacy types built on the
+//! indexed `sdot`.
+//!
+//! Each entry is a named constant built with struct-update syntax from the
+//! scalar entry (DOTPROD's from NEON's): every field an ISA replaces is
+//! named where it is set. A SIMD row kernel always comes with its own 1×4
+//! twin: the scalar 1×4 kernel would give tokens in groups of four other
+//! bits than the row kernel gives a lone token (batch invariance).
 
 pub(crate) mod neon;
 
 use crate::GgmlType as T;
+use crate::dispatch::{Simd, TileFns, TypeKernels, scalar};
 use crate::isa::Isa;
-use crate::table::{
-    QuantizeFn, Tile4Fn, Tile8Fn, TileFns, TypeKernels, VecDotFn, VecDotX4Fn, scalar,
+
+/// Every kernel of the entry is SIMD: quantizer, row and 1×4 kernels.
+const ALL_SIMD: Simd = Simd {
+    quantize: true,
+    vec_dot: true,
+    vec_dot_x4: true,
 };
 
-/// `base` with the kernels given replaced. A row kernel comes with its own
-/// x4 twin or none: the scalar x4 kernel would give tokens in groups of four
-/// other bits than this row kernel gives a lone token (batch invariance).
-const fn with(
-    base: TypeKernels,
-    isa: Isa,
-    q: Option<QuantizeFn>,
-    dot: Option<(VecDotFn, Option<VecDotX4Fn>)>,
-) -> TypeKernels {
-    let mut k = base;
-    k.isa = isa;
-    if let Some(q) = q {
-        k.quantize_activation = q;
-        k.simd.quantize = true;
+/// Only the quantizer is SIMD (the type's dots stay scalar).
+const QUANTIZE_SIMD: Simd = Simd {
+    quantize: true,
+    vec_dot: false,
+    vec_dot_x4: false,
+};
+
+/// Only the row kernel is SIMD (float types have no 1×4 kernel).
+const ROW_SIMD: Simd = Simd {
+    quantize: false,
+    vec_dot: true,
+    vec_dot_x4: false,
+};
+
+const NEON_F32: TypeKernels = TypeKernels {
+    isa: Isa::Neon,
+    simd: ROW_SIMD,
+    vec_dot: neon::vec_dot_f32,
+    vec_dot_x4: None,
+    ..scalar(T::F32)
+};
+
+const NEON_F16: TypeKernels = TypeKernels {
+    isa: Isa::Neon,
+    simd: ROW_SIMD,
+    vec_dot: neon::vec_dot_f16,
+    vec_dot_x4: None,
+    ..scalar(T::F16)
+};
+
+const NEON_BF16: TypeKernels = TypeKernels {
+    isa: Isa::Neon,
+    ..scalar(T::BF16)
+};
+
+const NEON_Q4_0: TypeKernels = TypeKernels {
+    isa: Isa::Neon,
+    simd: ALL_SIMD,
+    quantize_activation: neon::quantize_q8_0,
+    vec_dot: neon::plain::vec_dot_q4_0,
+    vec_dot_x4: Some(neon::plain::vec_dot_x4_q4_0),
+    ..scalar(T::Q4_0)
+};
+
+const NEON_Q4_1: TypeKernels = TypeKernels {
+    isa: Isa::Neon,
+    simd: ALL_SIMD,
+    quantize_activation: neon::quantize_q8_1,
+    vec_dot: neon::plain::vec_dot_q4_1,
+    vec_dot_x4: Some(neon::plain::vec_dot_x4_q4_1),
+    ..scalar(T::Q4_1)
+};
+
+const NEON_Q5_0: TypeKernels = TypeKernels {
+    isa: Isa::Neon,
+    simd: ALL_SIMD,
+    quantize_activation: neon::quantize_q8_0,
+    vec_dot: neon::plain::vec_dot_q5_0,
+    vec_dot_x4: Some(neon::plain::vec_dot_x4_q5_0),
+    ..scalar(T::Q5_0)
+};
+
+const NEON_Q5_1: TypeKernels = TypeKernels {
+    isa: Isa::Neon,
+    simd: ALL_SIMD,
+    quantize_activation: neon::quantize_q8_1,
+    vec_dot: neon::plain::vec_dot_q5_1,
+    vec_dot_x4: Some(neon::plain::vec_dot_x4_q5_1),
+    ..scalar(T::Q5_1)
+};
+
+const NEON_Q8_0: TypeKernels = TypeKernels {
+    isa: Isa::Neon,
+    simd: ALL_SIMD,
+    quantize_activation: neon::quantize_q8_0,
+    vec_dot: neon::plain::vec_dot_q8_0,
+    vec_dot_x4: Some(neon::plain::vec_dot_x4_q8_0),
+    ..scalar(T::Q8_0)
+};
+
+const NEON_Q2_K: TypeKernels = TypeKernels {
+    isa: Isa::Neon,
+    simd: QUANTIZE_SIMD,
+    quantize_activation: neon::quantize_q8_k,
+    ..scalar(T::Q2_K)
+};
+
+const NEON_Q3_K: TypeKernels = TypeKernels {
+    isa: Isa::Neon,
+    simd: QUANTIZE_SIMD,
+    quantize_activation: neon::quantize_q8_k,
+    ..scalar(T::Q3_K)
+};
+
+const NEON_Q4_K: TypeKernels = TypeKernels {
+    isa: Isa::Neon,
+    simd: ALL_SIMD,
+    quantize_activation: neon::quantize_q8_k,
+    vec_dot: neon::plain::vec_dot_q4_k,
+    vec_dot_x4: Some(neon::plain::vec_dot_x4_q4_k),
+    ..scalar(T::Q4_K)
+};
+
+const NEON_Q5_K: TypeKernels = TypeKernels {
+    isa: Isa::Neon,
+    simd: ALL_SIMD,
+    quantize_activation: neon::quantize_q8_k,
+    vec_dot: neon::plain::vec_dot_q5_k,
+    vec_dot_x4: Some(neon::plain::vec_dot_x4_q5_k),
+    ..scalar(T::Q5_K)
+};
+
+const NEON_Q6_K: TypeKernels = TypeKernels {
+    isa: Isa::Neon,
+    simd: ALL_SIMD,
+    quantize_activation: neon::quantize_q8_k,
+    vec_dot: neon::plain::vec_dot_q6_k,
+    vec_dot_x4: Some(neon::plain::vec_dot_x4_q6_k),
+    ..scalar(T::Q6_K)
+};
+
+pub(crate) static NEON: [TypeKernels; 13] = [
+    NEON_F32, NEON_F16, NEON_BF16, NEON_Q4_0, NEON_Q4_1, NEON_Q5_0, NEON_Q5_1, NEON_Q8_0,
+    NEON_Q2_K, NEON_Q3_K, NEON_Q4_K, NEON_Q5_K, NEON_Q6_K,
+];
+
+/// A NEON entry's kernels, tagged as the DOTPROD table's (types whose
+/// kernels do not use `sdot`).
+const fn on_dotprod(k: TypeKernels) -> TypeKernels {
+    TypeKernels {
+        isa: Isa::NeonDotprod,
+        ..k
     }
-    if let Some((d, x4)) = dot {
-        k.vec_dot = d;
-        k.simd.vec_dot = true;
-        k.vec_dot_x4 = x4;
-        k.simd.vec_dot_x4 = x4.is_some();
-        k.tiles = None;
-    }
-    k
 }
 
-/// `k` with 1×8 and 1×4 tiles.
-const fn tiles(k: TypeKernels, x8: Tile8Fn, x4: Tile4Fn) -> TypeKernels {
-    let mut k = k;
-    k.tiles = Some(TileFns {
+const DOTPROD_Q4_0: TypeKernels = TypeKernels {
+    isa: Isa::NeonDotprod,
+    vec_dot: neon::dotprod::vec_dot_q4_0,
+    vec_dot_x4: Some(neon::dotprod::vec_dot_x4_q4_0),
+    tiles: Some(TileFns {
         x16: None,
         x12: None,
-        x8,
-        x4,
+        x8: neon::tile8_q4_0,
+        x4: neon::tile4_q4_0,
         // The signed `sdot` tiles leave the quant sums unused.
         sum_shift: 0,
-    });
-    k
-}
-
-macro_rules! table {
-    ($isa:expr, $m:ident) => {
-        [
-            with(scalar(T::F32), $isa, None, Some((neon::vec_dot_f32, None))),
-            with(scalar(T::F16), $isa, None, Some((neon::vec_dot_f16, None))),
-            with(scalar(T::BF16), $isa, None, None),
-            with(
-                scalar(T::Q4_0),
-                $isa,
-                Some(neon::quantize_q8_0),
-                Some((neon::$m::vec_dot_q4_0, Some(neon::$m::vec_dot_x4_q4_0))),
-            ),
-            with(
-                scalar(T::Q4_1),
-                $isa,
-                Some(neon::quantize_q8_1),
-                Some((neon::$m::vec_dot_q4_1, Some(neon::$m::vec_dot_x4_q4_1))),
-            ),
-            with(
-                scalar(T::Q5_0),
-                $isa,
-                Some(neon::quantize_q8_0),
-                Some((neon::$m::vec_dot_q5_0, Some(neon::$m::vec_dot_x4_q5_0))),
-            ),
-            with(
-                scalar(T::Q5_1),
-                $isa,
-                Some(neon::quantize_q8_1),
-                Some((neon::$m::vec_dot_q5_1, Some(neon::$m::vec_dot_x4_q5_1))),
-            ),
-            with(
-                scalar(T::Q8_0),
-                $isa,
-                Some(neon::quantize_q8_0),
-                Some((neon::$m::vec_dot_q8_0, Some(neon::$m::vec_dot_x4_q8_0))),
-            ),
-            with(scalar(T::Q2_K), $isa, Some(neon::quantize_q8_k), None),
-            with(scalar(T::Q3_K), $isa, Some(neon::quantize_q8_k), None),
-            with(
-                scalar(T::Q4_K),
-                $isa,
-                Some(neon::quantize_q8_k),
-                Some((neon::$m::vec_dot_q4_k, Some(neon::$m::vec_dot_x4_q4_k))),
-            ),
-            with(
-                scalar(T::Q5_K),
-                $isa,
-                Some(neon::quantize_q8_k),
-                Some((neon::$m::vec_dot_q5_k, Some(neon::$m::vec_dot_x4_q5_k))),
-            ),
-            with(
-                scalar(T::Q6_K),
-                $isa,
-                Some(neon::quantize_q8_k),
-                Some((neon::$m::vec_dot_q6_k, Some(neon::$m::vec_dot_x4_q6_k))),
-            ),
-        ]
-    };
-}
-
-pub(crate) static NEON: [TypeKernels; 13] = table!(Isa::Neon, plain);
-/// The dotprod table: [`NEON`]'s kernel bodies with `sdot`, plus the legacy
-/// types' 1×8/1×4 tiles over packed activations (the same bits as the row kernels).
-pub(crate) static DOTPROD: [TypeKernels; 13] = {
-    let mut t = table!(Isa::NeonDotprod, dotprod);
-    t[3] = tiles(t[3], neon::tiles::tile8_q4_0, neon::tiles::tile4_q4_0);
-    t[5] = tiles(t[5], neon::tiles::tile8_q5_0, neon::tiles::tile4_q5_0);
-    t[7] = tiles(t[7], neon::tiles::tile8_q8_0, neon::tiles::tile4_q8_0);
-    t
+    }),
+    ..NEON_Q4_0
 };
+
+const DOTPROD_Q4_1: TypeKernels = TypeKernels {
+    isa: Isa::NeonDotprod,
+    vec_dot: neon::dotprod::vec_dot_q4_1,
+    vec_dot_x4: Some(neon::dotprod::vec_dot_x4_q4_1),
+    ..NEON_Q4_1
+};
+
+const DOTPROD_Q5_0: TypeKernels = TypeKernels {
+    isa: Isa::NeonDotprod,
+    vec_dot: neon::dotprod::vec_dot_q5_0,
+    vec_dot_x4: Some(neon::dotprod::vec_dot_x4_q5_0),
+    tiles: Some(TileFns {
+        x16: None,
+        x12: None,
+        x8: neon::tile8_q5_0,
+        x4: neon::tile4_q5_0,
+        // The signed `sdot` tiles leave the quant sums unused.
+        sum_shift: 0,
+    }),
+    ..NEON_Q5_0
+};
+
+const DOTPROD_Q5_1: TypeKernels = TypeKernels {
+    isa: Isa::NeonDotprod,
+    vec_dot: neon::dotprod::vec_dot_q5_1,
+    vec_dot_x4: Some(neon::dotprod::vec_dot_x4_q5_1),
+    ..NEON_Q5_1
+};
+
+const DOTPROD_Q8_0: TypeKernels = TypeKernels {
+    isa: Isa::NeonDotprod,
+    vec_dot: neon::dotprod::vec_dot_q8_0,
+    vec_dot_x4: Some(neon::dotprod::vec_dot_x4_q8_0),
+    tiles: Some(TileFns {
+        x16: None,
+        x12: None,
+        x8: neon::tile8_q8_0,
+        x4: neon::tile4_q8_0,
+        // The signed `sdot` tiles leave the quant sums unused.
+        sum_shift: 0,
+    }),
+    ..NEON_Q8_0
+};
+
+const DOTPROD_Q4_K: TypeKernels = TypeKernels {
+    isa: Isa::NeonDotprod,
+    vec_dot: neon::dotprod::vec_dot_q4_k,
+    vec_dot_x4: Some(neon::dotprod::vec_dot_x4_q4_k),
+    ..NEON_Q4_K
+};
+
+const DOTPROD_Q5_K: TypeKernels = TypeKernels {
+    isa: Isa::NeonDotprod,
+    vec_dot: neon::dotprod::vec_dot_q5_k,
+    vec_dot_x4: Some(neon::dotprod::vec_dot_x4_q5_k),
+    ..NEON_Q5_K
+};
+
+const DOTPROD_Q6_K: TypeKernels = TypeKernels {
+    isa: Isa::NeonDotprod,
+    vec_dot: neon::dotprod::vec_dot_q6_k,
+    vec_dot_x4: Some(neon::dotprod::vec_dot_x4_q6_k),
+    ..NEON_Q6_K
+};
+
+pub(crate) static DOTPROD: [TypeKernels; 13] = [
+    on_dotprod(NEON_F32),
+    on_dotprod(NEON_F16),
+    on_dotprod(NEON_BF16),
+    DOTPROD_Q4_0,
+    DOTPROD_Q4_1,
+    DOTPROD_Q5_0,
+    DOTPROD_Q5_1,
+    DOTPROD_Q8_0,
+    on_dotprod(NEON_Q2_K),
+    on_dotprod(NEON_Q3_K),
+    DOTPROD_Q4_K,
+    DOTPROD_Q5_K,
+    DOTPROD_Q6_K,
+];

@@ -1,611 +1,460 @@
 //! x86-64 kernels and their tables.
 //!
-//! [`AVX2`] replaces the scalar kernels with `avx2` ones where they exist;
-//! [`AVX512`] starts from [`AVX2`] (every AVX-512 VNNI CPU has AVX2) and
-//! replaces the Q4_K and Q6_K row/x4 kernels and all the tiles with VNNI
-//! ones that keep AVX2's arithmetic (the same bits: batch invariance holds
-//! across the two tables too), and adds the weight panels
-//! ([`crate::panel`]), and eight-row kernels for Q8_0, Q4_0, Q5_0 and Q4_K
-//! (four rows' blocks per 512-bit `vpdpbusd`; Q4_K's activation loads and
-//! float step shared by eight rows), and an attention kernel in 512-bit
-//! vectors with AVX2's bits. The legacy row kernels stay AVX2's: a
-//! VNNI version (two blocks per 512-bit `vpdpbusd`, scales converted by
-//! gathers) measured no faster in decoding.
+//! [`AVX2`] replaces the scalar kernels with `avx2` ones where they exist.
+//! [`AVX512`] starts from [`AVX2`], since every AVX-512 VNNI CPU has AVX2.
+//! It takes VNNI row and 1×4 kernels for Q4_K and Q6_K, VNNI tiles for
+//! every tiled type, eight-row kernels for Q8_0, Q4_0, Q5_0 and Q4_K, the
+//! weight panels ([`crate::panel`]) and stored panels. Every VNNI kernel
+//! keeps AVX2's arithmetic, so a token gets the same bits from either table.
+//! The legacy row kernels stay AVX2's: a VNNI version is no faster there.
+//!
+//! Each entry is a named constant built with struct-update syntax from the
+//! scalar entry (or, for AVX-512, the AVX2 entry): every field an ISA
+//! replaces is named where it is set.
 
-/// The 1×16, 1×12, 1×8 and 1×4 tile functions of the legacy
-/// (Q8_0-activation) types for one ISA: `#[target_feature]` entry points over
-/// [`avx2::legacy_tile`] with a weight decoder (signed, or unsigned with its
-/// offset's shift, which must be the table's [`TileFns::sum_shift`]) and the
-/// ISA's block sums (generic over sets), and the checked wrappers the tables
-/// hold.
-macro_rules! legacy_tile_fns {
-    ($feat:literal;
-     $($ty:ident, $size:expr, $quants:ident, $shift:expr, $sets:ident,
-       $k16:ident => $f16:ident, $k12:ident => $f12:ident, $k8:ident => $f8:ident,
-       $k4:ident => $f4:ident;)*) => {$(
-        #[target_feature(enable = $feat)]
-        unsafe fn $k16(nb: usize, w: *const u8, packed: *const u8) -> [f32; 16] {
-            let tile = legacy_tile::<4, 2, $shift>;
-            // SAFETY: forwarded from the wrapper's checks.
-            let ([a, b], _) = unsafe { tile(nb, w, $size, packed, $quants, $sets::<4>) };
-            std::array::from_fn(|c| if c < 8 { a[c] } else { b[c - 8] })
-        }
-        #[target_feature(enable = $feat)]
-        unsafe fn $k12(nb: usize, w: *const u8, packed: *const u8) -> [f32; 12] {
-            let tile = legacy_tile::<3, 1, $shift>;
-            // SAFETY: forwarded from the wrapper's checks.
-            let ([a], b) = unsafe { tile(nb, w, $size, packed, $quants, $sets::<3>) };
-            std::array::from_fn(|c| if c < 8 { a[c] } else { b[c - 8] })
-        }
-        #[target_feature(enable = $feat)]
-        unsafe fn $k8(nb: usize, w: *const u8, packed: *const u8) -> [f32; 8] {
-            // SAFETY: forwarded from the wrapper's checks.
-            unsafe { legacy_tile::<2, 1, $shift>(nb, w, $size, packed, $quants, $sets::<2>).0[0] }
-        }
-        #[target_feature(enable = $feat)]
-        unsafe fn $k4(nb: usize, w: *const u8, packed: *const u8) -> [f32; 4] {
-            // SAFETY: forwarded from the wrapper's checks.
-            unsafe { legacy_tile::<1, 0, $shift>(nb, w, $size, packed, $quants, $sets::<1>).1 }
-        }
-        tile_wrappers!(Q8_0, $ty: $k16 => $f16, 16; $k12 => $f12, 12; $k8 => $f8, 8; $k4 => $f4, 4);
-    )*};
-}
-
-/// The checked wrappers the tables hold, one per tile width: whole weight
-/// blocks, a packed group of `act` activations of the width's rows.
-macro_rules! tile_wrappers {
-    ($act:ident, $ty:ident: $($k:ident => $f:ident, $width:literal);*) => {$(
-        pub(crate) fn $f(n: usize, w: &[u8], packed: &[u8]) -> [f32; $width] {
-            let nb = row_blocks(GgmlType::$ty, n, w);
-            assert_eq!(
-                packed.len(),
-                crate::pack::group_bytes(GgmlType::$act, n, $width),
-                "packed group size"
-            );
-            // SAFETY: `nb` weight blocks and `nb` packed block groups of the width's rows
-            // (checked above); reachable only through a table handed out after the ISA's
-            // detection.
-            unsafe { $k(nb, w.as_ptr(), packed.as_ptr()) }
-        }
-    )*};
-}
-
-/// The 1×16, 1×12, 1×8 and 1×4 tile functions of a K-quant type for one
-/// ISA: a tile body generic over its sets of four rows (with the ISA's unit,
-/// where the body takes one), its `#[target_feature]` entry points and the
-/// checked wrappers the tables hold.
-macro_rules! k_tiles {
-    ($feat:literal;
-     $($ty:ident: $body:ident $(($unit:ident))?, $k16:ident => $f16:ident, $k12:ident => $f12:ident,
-       $k8:ident => $f8:ident, $k4:ident => $f4:ident;)*) => {$(
-        #[target_feature(enable = $feat)]
-        unsafe fn $k16(nb: usize, w: *const u8, packed: *const u8) -> [f32; 16] {
-            // SAFETY: forwarded from the wrapper's checks.
-            let sets = unsafe { $body::<4>(nb, w, packed $(, $unit::<4>)?) };
-            std::array::from_fn(|c| sets[c / 4][c % 4])
-        }
-        #[target_feature(enable = $feat)]
-        unsafe fn $k12(nb: usize, w: *const u8, packed: *const u8) -> [f32; 12] {
-            // SAFETY: forwarded from the wrapper's checks.
-            let sets = unsafe { $body::<3>(nb, w, packed $(, $unit::<3>)?) };
-            std::array::from_fn(|c| sets[c / 4][c % 4])
-        }
-        #[target_feature(enable = $feat)]
-        unsafe fn $k8(nb: usize, w: *const u8, packed: *const u8) -> [f32; 8] {
-            // SAFETY: forwarded from the wrapper's checks.
-            let sets = unsafe { $body::<2>(nb, w, packed $(, $unit::<2>)?) };
-            std::array::from_fn(|c| sets[c / 4][c % 4])
-        }
-        #[target_feature(enable = $feat)]
-        unsafe fn $k4(nb: usize, w: *const u8, packed: *const u8) -> [f32; 4] {
-            // SAFETY: forwarded from the wrapper's checks.
-            unsafe { $body::<1>(nb, w, packed $(, $unit::<1>)?)[0] }
-        }
-        tile_wrappers!(Q8_K, $ty: $k16 => $f16, 16; $k12 => $f12, 12; $k8 => $f8, 8; $k4 => $f4, 4);
-    )*};
-}
-
-/// The attention kernels' entry points over a generic kernel (AVX2's
-/// `attend`, AVX-512's `attend16`): `R` heads of f32 or f16 rows, as a table
-/// of `AttendKernel`s indexed by `R - 1`, for one feature set.
-macro_rules! attend_fns {
-    ($feat:literal, $kernel:ident;
-     $($table:ident: $esize:literal, $load:ident => $($name:ident: $r:literal),*;)*) => {$(
-        $(
-            #[target_feature(enable = $feat)]
-            unsafe fn $name(rows: KeyRows, q: *const f32, out: *mut f32) {
-                // SAFETY: forwarded from the wrapper's checks: `R·hd` values at `q` and `out`.
-                unsafe {
-                    let q = std::array::from_fn(|r| q.add(r * rows.hd));
-                    let out = std::array::from_fn(|r| out.add(r * rows.hd));
-                    $kernel::<$r, $esize>(rows, q, out, $load)
-                }
-            }
-        )*
-        const $table: [AttendKernel; crate::attention::MAX_HEADS] = [$($name),*];
-    )*};
-}
+#[macro_use]
+mod macros;
 
 pub(crate) mod avx2;
-pub(crate) mod avx2_panel;
 pub(crate) mod avx512;
+mod common;
 
 use crate::GgmlType as T;
+use crate::dispatch::{Simd, TileFns, TypeKernels, scalar};
 use crate::isa::Isa;
-use crate::panel;
-use crate::table::{
-    QuantizeFn, Tile4Fn, Tile8Fn, Tile12Fn, Tile16Fn, TileFns, TypeKernels, VecDotFn,
-    VecDotRows8Fn, VecDotX4Fn, scalar,
+use crate::panel::{self, PanelFns, StoredPanelFns};
+
+/// Every kernel of the entry is SIMD: quantizer, row and 1×4 kernels.
+const ALL_SIMD: Simd = Simd {
+    quantize: true,
+    vec_dot: true,
+    vec_dot_x4: true,
 };
 
-/// `base` with the kernels given replaced, tagged with `isa`.
-const fn with(
-    base: TypeKernels,
-    isa: Isa,
-    q: Option<QuantizeFn>,
-    dot: Option<VecDotFn>,
-    x4: Option<VecDotX4Fn>,
-) -> TypeKernels {
-    let mut k = base;
-    k.isa = isa;
-    if let Some(q) = q {
-        k.quantize_activation = q;
-        k.simd.quantize = true;
-    }
-    if let Some(d) = dot {
-        k.vec_dot = d;
-        k.simd.vec_dot = true;
-        // Eight-row kernels are written to match their own row kernel.
-        k.vec_dot_rows8 = None;
-        // A SIMD row kernel must not be mixed with the scalar x4 kernel: tokens
-        // in groups of four would get other bits than a lone token (batch
-        // invariance). SIMD x4 kernels are written to match their row kernels.
-        if x4.is_none() && !base.simd.vec_dot_x4 {
-            k.vec_dot_x4 = None;
-            k.simd.vec_dot_x4 = false;
-        }
-    }
-    if let Some(x) = x4 {
-        k.vec_dot_x4 = Some(x);
-        k.simd.vec_dot_x4 = true;
-    }
-    k
-}
+/// Batches of this many tokens or more take the AVX2 panels (fewer go
+/// through the tiles, which are faster there).
+const AVX2_PANEL_MIN_TOKENS: usize = 20;
+/// The same for the AVX-512 panels.
+const AVX512_PANEL_MIN_TOKENS: usize = 32;
 
-/// `k` with an eight-row kernel (written to match `k`'s row kernel).
-const fn rows8(k: TypeKernels, f: VecDotRows8Fn) -> TypeKernels {
-    let mut k = k;
-    k.vec_dot_rows8 = Some(f);
-    k
-}
+// ------------------------------------------------------------------- AVX2
 
-/// `k` with 1×16, 1×12, 1×8 and 1×4 tile kernels, whose unsigned weights carry an
-/// offset of `2^sum_shift` (0: signed weights, or Q8_K activations).
-const fn tiles(
-    k: TypeKernels,
-    sum_shift: u32,
-    (x16, x12, x8, x4): (Tile16Fn, Tile12Fn, Tile8Fn, Tile4Fn),
-) -> TypeKernels {
-    let mut k = k;
-    k.tiles = Some(TileFns {
-        x16: Some(x16),
-        x12: Some(x12),
-        x8,
-        x4,
-        sum_shift,
-    });
-    k
-}
+const AVX2_F32: TypeKernels = TypeKernels {
+    isa: Isa::Avx2,
+    simd: Simd {
+        quantize: false,
+        vec_dot: true,
+        vec_dot_x4: false,
+    },
+    vec_dot: avx2::vec_dot_f32,
+    vec_dot_x4: None,
+    ..scalar(T::F32)
+};
 
-/// `k` (with panels) quantizing and preparing activations in one pass.
-const fn fused(k: TypeKernels, f: panel::QuantizePreparedFn) -> TypeKernels {
-    let mut k = k;
-    if let Some(p) = &mut k.panel {
-        p.quantize_prepared = Some(f);
-    }
-    k
-}
+const AVX2_F16: TypeKernels = TypeKernels {
+    isa: Isa::Avx2,
+    simd: Simd {
+        quantize: false,
+        vec_dot: true,
+        vec_dot_x4: false,
+    },
+    vec_dot: avx2::vec_dot_f16,
+    vec_dot_x4: None,
+    ..scalar(T::F16)
+};
 
-/// `k` (with panels) multiplying matrices stored as panels too.
-const fn stored(k: TypeKernels, fns: panel::StoredPanelFns) -> TypeKernels {
-    let mut k = k;
-    k.stored = Some(fns);
-    k
-}
+/// BF16 keeps the scalar kernels.
+const AVX2_BF16: TypeKernels = TypeKernels {
+    isa: Isa::Avx2,
+    ..scalar(T::BF16)
+};
 
-/// `k` with weight panels: `unpack`/`prepare` from [`crate::panel`], the
-/// kernels for 8 and 4 tokens, and the layout's sizes. Batches of 32 tokens
-/// or more take them with AVX-512 (12 tokens took 19.1 ms through panels
-/// against 13.3 through the tiles; at 31 the two were even); with AVX2, 20
-/// or more (on a Zen 3 part, 16 tokens of 1152×768 Q6_K took 0.15 ms through
-/// panels against 0.11 through the tiles; at 20 tokens Q8_0 was even and the
-/// K-quants 10-25 % faster through panels, at 32 all three 10-25 %).
-const fn panels(
-    k: TypeKernels,
-    unpack: panel::UnpackFn,
-    prepare: panel::PrepareFn,
-    kernels: (panel::PanelFn, panel::PanelFn),
-    block_bytes: usize,
-    act_block_bytes: usize,
-) -> TypeKernels {
-    let mut k = k;
-    k.panel = Some(panel::PanelFns {
-        unpack,
-        prepare,
+const AVX2_Q4_0: TypeKernels = TypeKernels {
+    isa: Isa::Avx2,
+    simd: ALL_SIMD,
+    quantize_activation: avx2::quantize_q8_0,
+    vec_dot: avx2::vec_dot_q4_0,
+    vec_dot_x4: Some(avx2::vec_dot_x4_q4_0),
+    vec_dot_rows8: Some(avx2::vec_dot_rows8_q4_0),
+    tiles: Some(TileFns {
+        x16: Some(avx2::tile16_q4_0),
+        x12: Some(avx2::tile12_q4_0),
+        x8: avx2::tile8_q4_0,
+        x4: avx2::tile4_q4_0,
+        sum_shift: 3,
+    }),
+    panel: Some(PanelFns {
+        unpack: avx2::unpack_q4_0,
+        prepare: panel::prepare_q4_0,
+        quantize_prepared: Some(avx2::quantize_prepared_q4_0),
+        wide: avx2::panel8_q4_0,
+        narrow: avx2::panel4_q4_0,
+        block_bytes: panel::LEGACY_BLOCK,
+        act_block_bytes: panel::LEGACY_ACT,
+        block_values: 32,
+        min_tokens: AVX2_PANEL_MIN_TOKENS,
+    }),
+    ..scalar(T::Q4_0)
+};
+
+const AVX2_Q4_1: TypeKernels = TypeKernels {
+    isa: Isa::Avx2,
+    simd: ALL_SIMD,
+    quantize_activation: avx2::quantize_q8_1,
+    vec_dot: avx2::vec_dot_q4_1,
+    vec_dot_x4: Some(avx2::vec_dot_x4_q4_1),
+    ..scalar(T::Q4_1)
+};
+
+const AVX2_Q5_0: TypeKernels = TypeKernels {
+    isa: Isa::Avx2,
+    simd: ALL_SIMD,
+    quantize_activation: avx2::quantize_q8_0,
+    vec_dot: avx2::vec_dot_q5_0,
+    vec_dot_x4: Some(avx2::vec_dot_x4_q5_0),
+    vec_dot_rows8: Some(avx2::vec_dot_rows8_q5_0),
+    tiles: Some(TileFns {
+        x16: Some(avx2::tile16_q5_0),
+        x12: Some(avx2::tile12_q5_0),
+        x8: avx2::tile8_q5_0,
+        x4: avx2::tile4_q5_0,
+        sum_shift: 4,
+    }),
+    panel: Some(PanelFns {
+        unpack: avx2::unpack_q5_0,
+        prepare: panel::prepare_q5_0,
+        quantize_prepared: Some(avx2::quantize_prepared_q5_0),
+        wide: avx2::panel8_q5_0,
+        narrow: avx2::panel4_q5_0,
+        block_bytes: panel::LEGACY_BLOCK,
+        act_block_bytes: panel::LEGACY_ACT,
+        block_values: 32,
+        min_tokens: AVX2_PANEL_MIN_TOKENS,
+    }),
+    ..scalar(T::Q5_0)
+};
+
+const AVX2_Q5_1: TypeKernels = TypeKernels {
+    isa: Isa::Avx2,
+    simd: ALL_SIMD,
+    quantize_activation: avx2::quantize_q8_1,
+    vec_dot: avx2::vec_dot_q5_1,
+    vec_dot_x4: Some(avx2::vec_dot_x4_q5_1),
+    ..scalar(T::Q5_1)
+};
+
+/// Q8_0's AVX2 panels hold i16 quants (`vpmaddwd`), so they have their own
+/// layout and no fused quantizer.
+const AVX2_Q8_0: TypeKernels = TypeKernels {
+    isa: Isa::Avx2,
+    simd: ALL_SIMD,
+    quantize_activation: avx2::quantize_q8_0,
+    vec_dot: avx2::vec_dot_q8_0,
+    vec_dot_x4: Some(avx2::vec_dot_x4_q8_0),
+    vec_dot_rows8: Some(avx2::vec_dot_rows8_q8_0),
+    tiles: Some(TileFns {
+        x16: Some(avx2::tile16_q8_0),
+        x12: Some(avx2::tile12_q8_0),
+        x8: avx2::tile8_q8_0,
+        x4: avx2::tile4_q8_0,
+        sum_shift: 0,
+    }),
+    panel: Some(PanelFns {
+        unpack: avx2::unpack_q8_0_i16,
+        prepare: panel::prepare_q8_0_i16,
         quantize_prepared: None,
-        wide: kernels.0,
-        narrow: kernels.1,
-        block_bytes,
-        act_block_bytes,
-        block_values: match k.weight {
-            T::Q4_K | T::Q6_K => 256,
-            _ => 32,
-        },
-        min_tokens: match k.isa {
-            Isa::Avx2 => 20,
-            _ => 32,
-        },
-    });
-    k
-}
+        wide: avx2::panel8_q8_0,
+        narrow: avx2::panel4_q8_0,
+        block_bytes: panel::Q8_0_I16_BLOCK,
+        act_block_bytes: panel::Q8_0_I16_ACT,
+        block_values: 32,
+        min_tokens: AVX2_PANEL_MIN_TOKENS,
+    }),
+    ..scalar(T::Q8_0)
+};
 
-const A: Isa = Isa::Avx2;
-const Q8_0: Option<QuantizeFn> = Some(avx2::quantize_q8_0);
-const Q8_1: Option<QuantizeFn> = Some(avx2::quantize_q8_1);
-const Q8_K: Option<QuantizeFn> = Some(avx2::quantize_q8_k);
+/// Q2_K and Q3_K: only the quantizer is SIMD (their dots stay scalar).
+const AVX2_Q2_K: TypeKernels = TypeKernels {
+    isa: Isa::Avx2,
+    simd: Simd {
+        quantize: true,
+        vec_dot: false,
+        vec_dot_x4: false,
+    },
+    quantize_activation: avx2::quantize_q8_k,
+    ..scalar(T::Q2_K)
+};
+
+const AVX2_Q3_K: TypeKernels = TypeKernels {
+    isa: Isa::Avx2,
+    simd: Simd {
+        quantize: true,
+        vec_dot: false,
+        vec_dot_x4: false,
+    },
+    quantize_activation: avx2::quantize_q8_k,
+    ..scalar(T::Q3_K)
+};
+
+const AVX2_Q4_K: TypeKernels = TypeKernels {
+    isa: Isa::Avx2,
+    simd: ALL_SIMD,
+    quantize_activation: avx2::quantize_q8_k,
+    vec_dot: avx2::vec_dot_q4_k,
+    vec_dot_x4: Some(avx2::vec_dot_x4_q4_k),
+    tiles: Some(TileFns {
+        x16: Some(avx2::tile16_q4_k),
+        x12: Some(avx2::tile12_q4_k),
+        x8: avx2::tile8_q4_k,
+        x4: avx2::tile4_q4_k,
+        sum_shift: 0,
+    }),
+    panel: Some(PanelFns {
+        unpack: avx2::unpack_q4_k,
+        prepare: panel::prepare_q4_k,
+        quantize_prepared: None,
+        wide: avx2::panel8_q4_k,
+        narrow: avx2::panel4_q4_k,
+        block_bytes: panel::Q4_K_BLOCK,
+        act_block_bytes: panel::Q4_K_ACT,
+        block_values: 256,
+        min_tokens: AVX2_PANEL_MIN_TOKENS,
+    }),
+    ..scalar(T::Q4_K)
+};
+
+const AVX2_Q5_K: TypeKernels = TypeKernels {
+    isa: Isa::Avx2,
+    simd: ALL_SIMD,
+    quantize_activation: avx2::quantize_q8_k,
+    vec_dot: avx2::vec_dot_q5_k,
+    vec_dot_x4: Some(avx2::vec_dot_x4_q5_k),
+    tiles: Some(TileFns {
+        x16: Some(avx2::tile16_q5_k),
+        x12: Some(avx2::tile12_q5_k),
+        x8: avx2::tile8_q5_k,
+        x4: avx2::tile4_q5_k,
+        sum_shift: 0,
+    }),
+    ..scalar(T::Q5_K)
+};
+
+const AVX2_Q6_K: TypeKernels = TypeKernels {
+    isa: Isa::Avx2,
+    simd: ALL_SIMD,
+    quantize_activation: avx2::quantize_q8_k,
+    vec_dot: avx2::vec_dot_q6_k,
+    vec_dot_x4: Some(avx2::vec_dot_x4_q6_k),
+    tiles: Some(TileFns {
+        x16: Some(avx2::tile16_q6_k),
+        x12: Some(avx2::tile12_q6_k),
+        x8: avx2::tile8_q6_k,
+        x4: avx2::tile4_q6_k,
+        sum_shift: 0,
+    }),
+    panel: Some(PanelFns {
+        unpack: avx2::unpack_q6_k,
+        prepare: panel::prepare_q6_k,
+        quantize_prepared: None,
+        wide: avx2::panel8_q6_k,
+        narrow: avx2::panel4_q6_k,
+        block_bytes: panel::Q6_K_BLOCK,
+        act_block_bytes: panel::Q6_K_ACT,
+        block_values: 256,
+        min_tokens: AVX2_PANEL_MIN_TOKENS,
+    }),
+    ..scalar(T::Q6_K)
+};
 
 pub(crate) static AVX2: [TypeKernels; 13] = [
-    with(scalar(T::F32), A, None, Some(avx2::vec_dot_f32), None),
-    with(scalar(T::F16), A, None, Some(avx2::vec_dot_f16), None),
-    with(scalar(T::BF16), A, None, None, None),
-    fused(
-        panels(
-            tiles(
-                rows8(
-                    with(
-                        scalar(T::Q4_0),
-                        A,
-                        Q8_0,
-                        Some(avx2::vec_dot_q4_0),
-                        Some(avx2::vec_dot_x4_q4_0),
-                    ),
-                    avx2::vec_dot_rows8_q4_0,
-                ),
-                3,
-                (
-                    avx2::tile16_q4_0,
-                    avx2::tile12_q4_0,
-                    avx2::tile8_q4_0,
-                    avx2::tile4_q4_0,
-                ),
-            ),
-            avx2_panel::unpack_q4_0,
-            panel::prepare_q4_0,
-            (avx2_panel::panel8_q4_0, avx2_panel::panel4_q4_0),
-            panel::LEGACY_BLOCK,
-            panel::LEGACY_ACT,
-        ),
-        avx2::quantize_prepared_q4_0,
-    ),
-    with(
-        scalar(T::Q4_1),
-        A,
-        Q8_1,
-        Some(avx2::vec_dot_q4_1),
-        Some(avx2::vec_dot_x4_q4_1),
-    ),
-    fused(
-        panels(
-            tiles(
-                rows8(
-                    with(
-                        scalar(T::Q5_0),
-                        A,
-                        Q8_0,
-                        Some(avx2::vec_dot_q5_0),
-                        Some(avx2::vec_dot_x4_q5_0),
-                    ),
-                    avx2::vec_dot_rows8_q5_0,
-                ),
-                4,
-                (
-                    avx2::tile16_q5_0,
-                    avx2::tile12_q5_0,
-                    avx2::tile8_q5_0,
-                    avx2::tile4_q5_0,
-                ),
-            ),
-            avx2_panel::unpack_q5_0,
-            panel::prepare_q5_0,
-            (avx2_panel::panel8_q5_0, avx2_panel::panel4_q5_0),
-            panel::LEGACY_BLOCK,
-            panel::LEGACY_ACT,
-        ),
-        avx2::quantize_prepared_q5_0,
-    ),
-    with(
-        scalar(T::Q5_1),
-        A,
-        Q8_1,
-        Some(avx2::vec_dot_q5_1),
-        Some(avx2::vec_dot_x4_q5_1),
-    ),
-    panels(
-        tiles(
-            rows8(
-                with(
-                    scalar(T::Q8_0),
-                    A,
-                    Q8_0,
-                    Some(avx2::vec_dot_q8_0),
-                    Some(avx2::vec_dot_x4_q8_0),
-                ),
-                avx2::vec_dot_rows8_q8_0,
-            ),
-            0,
-            (
-                avx2::tile16_q8_0,
-                avx2::tile12_q8_0,
-                avx2::tile8_q8_0,
-                avx2::tile4_q8_0,
-            ),
-        ),
-        avx2_panel::unpack_q8_0_i16,
-        panel::prepare_q8_0_i16,
-        (avx2_panel::panel8_q8_0, avx2_panel::panel4_q8_0),
-        panel::Q8_0_I16_BLOCK,
-        panel::Q8_0_I16_ACT,
-    ),
-    with(scalar(T::Q2_K), A, Q8_K, None, None),
-    with(scalar(T::Q3_K), A, Q8_K, None, None),
-    panels(
-        tiles(
-            with(
-                scalar(T::Q4_K),
-                A,
-                Q8_K,
-                Some(avx2::vec_dot_q4_k),
-                Some(avx2::vec_dot_x4_q4_k),
-            ),
-            0,
-            (
-                avx2::tile16_q4_k,
-                avx2::tile12_q4_k,
-                avx2::tile8_q4_k,
-                avx2::tile4_q4_k,
-            ),
-        ),
-        avx2_panel::unpack_q4_k,
-        panel::prepare_q4_k,
-        (avx2_panel::panel8_q4_k, avx2_panel::panel4_q4_k),
-        panel::Q4_K_BLOCK,
-        panel::Q4_K_ACT,
-    ),
-    tiles(
-        with(
-            scalar(T::Q5_K),
-            A,
-            Q8_K,
-            Some(avx2::vec_dot_q5_k),
-            Some(avx2::vec_dot_x4_q5_k),
-        ),
-        0,
-        (
-            avx2::tile16_q5_k,
-            avx2::tile12_q5_k,
-            avx2::tile8_q5_k,
-            avx2::tile4_q5_k,
-        ),
-    ),
-    panels(
-        tiles(
-            with(
-                scalar(T::Q6_K),
-                A,
-                Q8_K,
-                Some(avx2::vec_dot_q6_k),
-                Some(avx2::vec_dot_x4_q6_k),
-            ),
-            0,
-            (
-                avx2::tile16_q6_k,
-                avx2::tile12_q6_k,
-                avx2::tile8_q6_k,
-                avx2::tile4_q6_k,
-            ),
-        ),
-        avx2_panel::unpack_q6_k,
-        panel::prepare_q6_k,
-        (avx2_panel::panel8_q6_k, avx2_panel::panel4_q6_k),
-        panel::Q6_K_BLOCK,
-        panel::Q6_K_ACT,
-    ),
+    AVX2_F32, AVX2_F16, AVX2_BF16, AVX2_Q4_0, AVX2_Q4_1, AVX2_Q5_0, AVX2_Q5_1, AVX2_Q8_0,
+    AVX2_Q2_K, AVX2_Q3_K, AVX2_Q4_K, AVX2_Q5_K, AVX2_Q6_K,
 ];
 
-const V: Isa = Isa::Avx512Vnni;
-const LEGACY_PANEL: (panel::PanelFn, panel::PanelFn) =
-    (avx512::panel8_legacy, avx512::panel4_legacy);
+// ---------------------------------------------------------------- AVX-512
+
+/// The legacy panels (Q8_0, Q4_0, Q5_0) share one kernel: they differ only
+/// in how they were unpacked, and all are prepared as Q8_0 with an offset.
+const AVX512_LEGACY_PANEL: PanelFns = PanelFns {
+    unpack: avx512::unpack_q8_0,
+    prepare: panel::prepare_q8_0,
+    quantize_prepared: Some(avx2::quantize_prepared_q8_0),
+    wide: avx512::panel8_legacy,
+    narrow: avx512::panel4_legacy,
+    block_bytes: panel::LEGACY_BLOCK,
+    act_block_bytes: panel::LEGACY_ACT,
+    block_values: 32,
+    min_tokens: AVX512_PANEL_MIN_TOKENS,
+};
+
+const AVX512_Q4_0: TypeKernels = TypeKernels {
+    isa: Isa::Avx512Vnni,
+    vec_dot_rows8: Some(avx512::vec_dot_rows8_q4_0),
+    tiles: Some(TileFns {
+        x16: Some(avx512::tile16_q4_0),
+        x12: Some(avx512::tile12_q4_0),
+        x8: avx512::tile8_q4_0,
+        x4: avx512::tile4_q4_0,
+        sum_shift: 3,
+    }),
+    panel: Some(PanelFns {
+        unpack: avx512::unpack_q4_0,
+        prepare: panel::prepare_q4_0,
+        quantize_prepared: Some(avx2::quantize_prepared_q4_0),
+        ..AVX512_LEGACY_PANEL
+    }),
+    ..AVX2_Q4_0
+};
+
+const AVX512_Q5_0: TypeKernels = TypeKernels {
+    isa: Isa::Avx512Vnni,
+    vec_dot_rows8: Some(avx512::vec_dot_rows8_q5_0),
+    tiles: Some(TileFns {
+        x16: Some(avx512::tile16_q5_0),
+        x12: Some(avx512::tile12_q5_0),
+        x8: avx512::tile8_q5_0,
+        x4: avx512::tile4_q5_0,
+        sum_shift: 4,
+    }),
+    panel: Some(PanelFns {
+        unpack: avx512::unpack_q5_0,
+        prepare: panel::prepare_q5_0,
+        quantize_prepared: Some(avx2::quantize_prepared_q5_0),
+        ..AVX512_LEGACY_PANEL
+    }),
+    stored: Some(StoredPanelFns {
+        store: panel::store_q5_0,
+        row: panel::stored_row_q5_0,
+        dequantize_row: panel::stored_dequantize_row_q5_0,
+        single: avx512::stored_single_q5_0,
+        single_reads_quantized: false,
+        wide: avx512::panel8_stored_q5_0,
+        narrow: avx512::panel4_stored_q5_0,
+        block_bytes: panel::STORED_Q5_0_BLOCK,
+        unpack: Some(avx512::unpack_stored_q5_0),
+    }),
+    ..AVX2_Q5_0
+};
+
+const AVX512_Q8_0: TypeKernels = TypeKernels {
+    isa: Isa::Avx512Vnni,
+    vec_dot_rows8: Some(avx512::vec_dot_rows8_q8_0),
+    tiles: Some(TileFns {
+        x16: Some(avx512::tile16_q8_0),
+        x12: Some(avx512::tile12_q8_0),
+        x8: avx512::tile8_q8_0,
+        x4: avx512::tile4_q8_0,
+        sum_shift: 7,
+    }),
+    panel: Some(AVX512_LEGACY_PANEL),
+    stored: Some(StoredPanelFns {
+        store: panel::store_q8_0,
+        row: panel::stored_row_q8_0,
+        dequantize_row: panel::stored_dequantize_row_q8_0,
+        single: avx512::stored_single_q8_0,
+        single_reads_quantized: false,
+        wide: avx512::panel8_stored_q8_0,
+        narrow: avx512::panel4_stored_q8_0,
+        block_bytes: panel::STORED_Q8_0_BLOCK,
+        // Its stored blocks are the panel's, scales as f16.
+        unpack: None,
+    }),
+    ..AVX2_Q8_0
+};
+
+const AVX512_Q4_K: TypeKernels = TypeKernels {
+    isa: Isa::Avx512Vnni,
+    vec_dot: avx512::vec_dot_q4_k,
+    vec_dot_x4: Some(avx512::vec_dot_x4_q4_k),
+    vec_dot_rows8: Some(avx512::vec_dot_rows8_q4_k),
+    tiles: Some(TileFns {
+        x16: Some(avx512::tile16_q4_k),
+        x12: Some(avx512::tile12_q4_k),
+        x8: avx512::tile8_q4_k,
+        x4: avx512::tile4_q4_k,
+        sum_shift: 0,
+    }),
+    panel: Some(PanelFns {
+        unpack: avx512::unpack_q4_k,
+        prepare: panel::prepare_q4_k,
+        quantize_prepared: None,
+        wide: avx512::panel8_q4_k,
+        narrow: avx512::panel4_q4_k,
+        block_bytes: panel::Q4_K_BLOCK,
+        act_block_bytes: panel::Q4_K_ACT,
+        block_values: 256,
+        min_tokens: AVX512_PANEL_MIN_TOKENS,
+    }),
+    stored: Some(StoredPanelFns {
+        store: panel::store_q4_k,
+        row: panel::stored_row_q4_k,
+        dequantize_row: panel::stored_dequantize_row_q4_k,
+        single: avx512::stored_single_q4_k,
+        single_reads_quantized: false,
+        wide: avx512::panel8_stored_q4_k,
+        narrow: avx512::panel4_stored_q4_k,
+        block_bytes: panel::STORED_Q4_K_BLOCK,
+        unpack: Some(avx512::unpack_stored_q4_k),
+    }),
+    ..AVX2_Q4_K
+};
+
+const AVX512_Q6_K: TypeKernels = TypeKernels {
+    isa: Isa::Avx512Vnni,
+    vec_dot: avx512::vec_dot_q6_k,
+    vec_dot_x4: Some(avx512::vec_dot_x4_q6_k),
+    tiles: Some(TileFns {
+        x16: Some(avx512::tile16_q6_k),
+        x12: Some(avx512::tile12_q6_k),
+        x8: avx512::tile8_q6_k,
+        x4: avx512::tile4_q6_k,
+        sum_shift: 0,
+    }),
+    panel: Some(PanelFns {
+        unpack: avx512::unpack_q6_k,
+        prepare: panel::prepare_q6_k,
+        quantize_prepared: None,
+        wide: avx512::panel8_q6_k,
+        narrow: avx512::panel4_q6_k,
+        block_bytes: panel::Q6_K_BLOCK,
+        act_block_bytes: panel::Q6_K_ACT,
+        block_values: 256,
+        min_tokens: AVX512_PANEL_MIN_TOKENS,
+    }),
+    stored: Some(StoredPanelFns {
+        store: panel::store_q6_k,
+        row: panel::stored_row_q6_k,
+        dequantize_row: panel::stored_dequantize_row_q6_k,
+        single: avx512::stored_single_q6_k,
+        single_reads_quantized: true,
+        wide: avx512::panel8_stored_q6_k,
+        narrow: avx512::panel4_stored_q6_k,
+        block_bytes: panel::STORED_Q6_K_BLOCK,
+        unpack: Some(avx512::unpack_stored_q6_k),
+    }),
+    ..AVX2_Q6_K
+};
+
+/// An AVX2 entry's kernels, tagged as the AVX-512 table's.
+const fn on_avx512(k: TypeKernels) -> TypeKernels {
+    TypeKernels {
+        isa: Isa::Avx512Vnni,
+        ..k
+    }
+}
 
 pub(crate) static AVX512: [TypeKernels; 13] = [
-    with(AVX2[0], V, None, None, None),
-    with(AVX2[1], V, None, None, None),
-    with(AVX2[2], V, None, None, None),
-    fused(
-        panels(
-            tiles(
-                rows8(
-                    with(AVX2[3], V, None, None, None),
-                    avx512::vec_dot_rows8_q4_0,
-                ),
-                3,
-                (
-                    avx512::tile16_q4_0,
-                    avx512::tile12_q4_0,
-                    avx512::tile8_q4_0,
-                    avx512::tile4_q4_0,
-                ),
-            ),
-            avx512::unpack_q4_0,
-            panel::prepare_q4_0,
-            LEGACY_PANEL,
-            panel::LEGACY_BLOCK,
-            panel::LEGACY_ACT,
-        ),
-        avx2::quantize_prepared_q4_0,
-    ),
-    with(AVX2[4], V, None, None, None),
-    stored(
-        fused(
-            panels(
-                tiles(
-                    rows8(
-                        with(AVX2[5], V, None, None, None),
-                        avx512::vec_dot_rows8_q5_0,
-                    ),
-                    4,
-                    (
-                        avx512::tile16_q5_0,
-                        avx512::tile12_q5_0,
-                        avx512::tile8_q5_0,
-                        avx512::tile4_q5_0,
-                    ),
-                ),
-                avx512::unpack_q5_0,
-                panel::prepare_q5_0,
-                LEGACY_PANEL,
-                panel::LEGACY_BLOCK,
-                panel::LEGACY_ACT,
-            ),
-            avx2::quantize_prepared_q5_0,
-        ),
-        panel::StoredPanelFns {
-            store: panel::store_q5_0,
-            row: panel::stored_row_q5_0,
-            dequantize_row: panel::stored_dequantize_row_q5_0,
-            single: avx512::stored_single_q5_0,
-            single_reads_quantized: false,
-            wide: avx512::panel8_stored_q5_0,
-            narrow: avx512::panel4_stored_q5_0,
-            block_bytes: panel::STORED_Q5_0_BLOCK,
-            unpack: Some(avx512::unpack_stored_q5_0),
-        },
-    ),
-    with(AVX2[6], V, None, None, None),
-    stored(
-        fused(
-            panels(
-                tiles(
-                    rows8(
-                        with(AVX2[7], V, None, None, None),
-                        avx512::vec_dot_rows8_q8_0,
-                    ),
-                    7,
-                    (
-                        avx512::tile16_q8_0,
-                        avx512::tile12_q8_0,
-                        avx512::tile8_q8_0,
-                        avx512::tile4_q8_0,
-                    ),
-                ),
-                avx512::unpack_q8_0,
-                panel::prepare_q8_0,
-                LEGACY_PANEL,
-                panel::LEGACY_BLOCK,
-                panel::LEGACY_ACT,
-            ),
-            avx2::quantize_prepared_q8_0,
-        ),
-        panel::StoredPanelFns {
-            store: panel::store_q8_0,
-            row: panel::stored_row_q8_0,
-            dequantize_row: panel::stored_dequantize_row_q8_0,
-            single: avx512::stored_single_q8_0,
-            single_reads_quantized: false,
-            wide: avx512::panel8_stored_q8_0,
-            narrow: avx512::panel4_stored_q8_0,
-            block_bytes: panel::STORED_Q8_0_BLOCK,
-            // Its stored blocks are the panel's, scales as f16.
-            unpack: None,
-        },
-    ),
-    with(AVX2[8], V, None, None, None),
-    with(AVX2[9], V, None, None, None),
-    // The K-quant tiles with VNNI units (rows side by side, the same bits as
-    // the VNNI row kernels).
-    stored(
-        panels(
-            tiles(
-                rows8(
-                    with(
-                        AVX2[10],
-                        V,
-                        None,
-                        Some(avx512::vec_dot_q4_k),
-                        Some(avx512::vec_dot_x4_q4_k),
-                    ),
-                    avx512::vec_dot_rows8_q4_k,
-                ),
-                0,
-                (
-                    avx512::tile16_q4_k,
-                    avx512::tile12_q4_k,
-                    avx512::tile8_q4_k,
-                    avx512::tile4_q4_k,
-                ),
-            ),
-            avx512::unpack_q4_k,
-            panel::prepare_q4_k,
-            (avx512::panel8_q4_k, avx512::panel4_q4_k),
-            panel::Q4_K_BLOCK,
-            panel::Q4_K_ACT,
-        ),
-        panel::StoredPanelFns {
-            store: panel::store_q4_k,
-            row: panel::stored_row_q4_k,
-            dequantize_row: panel::stored_dequantize_row_q4_k,
-            single: avx512::stored_single_q4_k,
-            single_reads_quantized: false,
-            wide: avx512::panel8_stored_q4_k,
-            narrow: avx512::panel4_stored_q4_k,
-            block_bytes: panel::STORED_Q4_K_BLOCK,
-            unpack: Some(avx512::unpack_stored_q4_k),
-        },
-    ),
-    with(AVX2[11], V, None, None, None),
-    stored(
-        panels(
-            tiles(
-                with(
-                    AVX2[12],
-                    V,
-                    None,
-                    Some(avx512::vec_dot_q6_k),
-                    Some(avx512::vec_dot_x4_q6_k),
-                ),
-                0,
-                (
-                    avx512::tile16_q6_k,
-                    avx512::tile12_q6_k,
-                    avx512::tile8_q6_k,
-                    avx512::tile4_q6_k,
-                ),
-            ),
-            avx512::unpack_q6_k,
-            panel::prepare_q6_k,
-            (avx512::panel8_q6_k, avx512::panel4_q6_k),
-            panel::Q6_K_BLOCK,
-            panel::Q6_K_ACT,
-        ),
-        panel::StoredPanelFns {
-            store: panel::store_q6_k,
-            row: panel::stored_row_q6_k,
-            dequantize_row: panel::stored_dequantize_row_q6_k,
-            single: avx512::stored_single_q6_k,
-            single_reads_quantized: true,
-            wide: avx512::panel8_stored_q6_k,
-            narrow: avx512::panel4_stored_q6_k,
-            block_bytes: panel::STORED_Q6_K_BLOCK,
-            unpack: Some(avx512::unpack_stored_q6_k),
-        },
-    ),
+    on_avx512(AVX2_F32),
+    on_avx512(AVX2_F16),
+    on_avx512(AVX2_BF16),
+    AVX512_Q4_0,
+    on_avx512(AVX2_Q4_1),
+    AVX512_Q5_0,
+    on_avx512(AVX2_Q5_1),
+    AVX512_Q8_0,
+    on_avx512(AVX2_Q2_K),
+    on_avx512(AVX2_Q3_K),
+    AVX512_Q4_K,
+    on_avx512(AVX2_Q5_K),
+    AVX512_Q6_K,
 ];

@@ -19,7 +19,7 @@ pub type VecDotX4Fn = fn(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4];
 /// bits for each, with the activation decoded once for all eight (decoding).
 pub type VecDotRows8Fn = fn(n: usize, w: &[u8], a: &[u8]) -> [f32; 8];
 /// One weight row against eight activation rows in the layout of
-/// [`crate::pack`] (for batches: prompt processing, embedding).
+/// the internal `act_pack` module (for batches: prompt processing, embedding).
 pub type Tile8Fn = fn(n: usize, w: &[u8], packed: &[u8]) -> [f32; 8];
 /// The same against a packed group of four rows.
 pub type Tile4Fn = fn(n: usize, w: &[u8], packed: &[u8]) -> [f32; 4];
@@ -41,7 +41,7 @@ pub struct TileFns {
     pub x4: Tile4Fn,
     /// The tiles' weights are unsigned with an offset of `2^sum_shift`: the
     /// packer stores each row's quant sums times `−2^sum_shift`
-    /// ([`crate::pack::pack`]'s `sum_shift`).
+    /// (the internal `act_pack::pack`'s `sum_shift`).
     pub sum_shift: u32,
 }
 

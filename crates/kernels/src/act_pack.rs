@@ -1,4 +1,4 @@
-//! Activation layout of the 1×16, 1×12, 1×8 and 1×4 tiles ([`crate::table::TileFns`]).
+//! Activation layout of the 1×16, 1×12, 1×8 and 1×4 tiles ([`crate::dispatch::TileFns`]).
 //!
 //! Sixteen, twelve, eight or four consecutive activation rows (quantized by the type's activation
 //! quantizer) become one *group*:
@@ -64,7 +64,7 @@ const fn dword_at(n: usize, c: usize, dword: usize) -> usize {
 /// number of rows) into `out` ([`group_bytes`] long); rows past those given
 /// are zeros (a tile's padding: their columns come out 0 and are dropped).
 /// Q8_0 quant sums are stored as `−Σa · 2^sum_shift` (the tiles'
-/// [`crate::table::TileFns::sum_shift`]).
+/// [`crate::dispatch::TileFns::sum_shift`]).
 pub fn pack(act: GgmlType, cols: usize, n: usize, rows: &[u8], out: &mut [u8], sum_shift: u32) {
     assert!(needs_packing(act), "{act} activations are not packed");
     assert!(

@@ -2,8 +2,7 @@
 //! token generation) are judged against: a STREAM-like read of a buffer far
 //! larger than any L3, on every thread of a pool. And the round trip of a
 //! cache line between two threads, which every parallel region pays: on a
-//! shared VM it swings tenfold (40-450 ns on one Zen 5 host, as the vCPUs
-//! land on one core's siblings, one CCX or two), and with it the fixed
+//! shared VM it depends on where the vCPUs land, and with it the fixed
 //! per-token cost of decoding.
 
 use std::time::Instant;
@@ -19,11 +18,9 @@ const TASKS_PER_THREAD: usize = 8;
 /// GB/s of a read-only sum over 1 GiB on `pool`'s threads: the best of
 /// `passes` passes (at least one) of each of two reads, so a shared host's
 /// noise lowers it less. One read leaves the fetching to the hardware's
-/// prefetchers, the other also prefetches [`PREFETCH_AHEAD`] bytes ahead in
-/// software, as the matmul kernels do: where memory is far (on one Zen 5
-/// VM, whenever its two vCPUs sat far apart) the hardware alone kept too
-/// few lines in flight and the plain read measured 64-74 GB/s where the
-/// prefetching one (and a matmul) read 75-84. The buffer is anonymous
+/// prefetchers, the other also prefetches `PREFETCH_AHEAD` bytes ahead in
+/// software, as the matmul kernels do: where memory is far, the hardware alone may
+/// keep too few lines in flight to reach what a matmul reads. The buffer is anonymous
 /// memory advised into 2 MiB pages where the OS offers them (4 KiB pages
 /// cost streaming reads a page walk every 4 KiB).
 pub fn memory_bandwidth(pool: &dyn ThreadPool, passes: usize) -> std::io::Result<f64> {

@@ -2,7 +2,7 @@
 //! pass (seven matmuls and an attention per layer, each tens of microseconds
 //! for small batches). Workers spin briefly on a generation counter between
 //! regions instead of being woken through the OS each time, and park after
-//! [`SPIN_ITERS`] idle spins so an idle pool costs no CPU.
+//! `SPIN_ITERS` idle spins so an idle pool costs no CPU.
 //!
 //! A region's tasks are split into one contiguous range per thread (the
 //! caller is thread 0), each with its own cursor on a cache line of its own:
@@ -11,12 +11,10 @@
 //! others' ranges from their backs (so their streams of rows run on). The
 //! caller returns once every range is exhausted and every worker that joined
 //! the region has left it (a worker that was descheduled and never joined is
-//! not waited for). Decoding runs five regions a layer, so what a region
-//! costs beyond its work is paid 150 times a token: here about one
-//! cache-line transfer to start a worker and one to learn it is done, where
-//! a shared task counter had moved a line between the cores for every claim
-//! and every completion (an empty region cost seven round trips, up to 3 µs
-//! when the two vCPUs sat far apart). Concurrent `run` calls on one pool are
+//! not waited for). Decoding runs several regions a layer, so what a region
+//! costs beyond its work is paid over a hundred times a token: here about
+//! one cache-line transfer to start a worker and one to learn it is done,
+//! not one per claimed or finished task. Concurrent `run` calls on one pool are
 //! serialized; `run` allocates nothing.
 //!
 //! Threads with nothing to do prefetch the memory of the latest

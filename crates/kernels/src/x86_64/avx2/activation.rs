@@ -1,0 +1,55 @@
+//! AVX2 gated activations (GELU, SiLU) with the scalar code's bits.
+
+use super::*;
+
+/// [`crate::ops::gelu_mul`] in 8 lanes: the same operations in the same
+/// order (no FMA contraction), so the same bits.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k_gelu_mul(n: usize, gate: *mut f32, up: *const f32) {
+    // SAFETY: the wrapper checked `n` values in both slices; AVX2 is enabled.
+    unsafe {
+        let (c, a) = (_mm256_set1_ps(0.797_884_6), _mm256_set1_ps(0.044_715));
+        let (one, m2) = (_mm256_set1_ps(1.0), _mm256_set1_ps(-2.0));
+        for i in (0..n / 8).map(|i| 8 * i) {
+            let u = _mm256_loadu_ps(gate.add(i));
+            // z = c·u·(1 + a·u·u), evaluated left to right as the scalar code.
+            let z = _mm256_mul_ps(
+                _mm256_mul_ps(c, u),
+                _mm256_add_ps(one, _mm256_mul_ps(_mm256_mul_ps(a, u), u)),
+            );
+            let g = _mm256_div_ps(u, _mm256_add_ps(one, exp_ps(_mm256_mul_ps(m2, z))));
+            _mm256_storeu_ps(gate.add(i), _mm256_mul_ps(g, _mm256_loadu_ps(up.add(i))));
+        }
+    }
+}
+
+/// [`crate::ops::silu_mul`] in 8 lanes, the same bits.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k_silu_mul(n: usize, gate: *mut f32, up: *const f32) {
+    // SAFETY: the wrapper checked `n` values in both slices; AVX2 is enabled.
+    unsafe {
+        let one = _mm256_set1_ps(1.0);
+        let neg = _mm256_set1_ps(-0.0);
+        for i in (0..n / 8).map(|i| 8 * i) {
+            let g = _mm256_loadu_ps(gate.add(i));
+            let s = _mm256_div_ps(g, _mm256_add_ps(one, exp_ps(_mm256_xor_ps(g, neg))));
+            _mm256_storeu_ps(gate.add(i), _mm256_mul_ps(s, _mm256_loadu_ps(up.add(i))));
+        }
+    }
+}
+
+/// The 8-lane part of a gated activation: the first `len / 8 · 8` values;
+/// the caller finishes the tail with the scalar code. Returns that count.
+pub(crate) fn gelu_mul(gate: &mut [f32], up: &[f32]) -> usize {
+    assert_eq!(gate.len(), up.len());
+    // SAFETY: both slices hold `gate.len()` values; reachable only after AVX2 detection.
+    unsafe { k_gelu_mul(gate.len(), gate.as_mut_ptr(), up.as_ptr()) };
+    gate.len() / 8 * 8
+}
+/// As [`gelu_mul`], for SiLU.
+pub(crate) fn silu_mul(gate: &mut [f32], up: &[f32]) -> usize {
+    assert_eq!(gate.len(), up.len());
+    // SAFETY: both slices hold `gate.len()` values; reachable only after AVX2 detection.
+    unsafe { k_silu_mul(gate.len(), gate.as_mut_ptr(), up.as_ptr()) };
+    gate.len() / 8 * 8
+}

@@ -1,0 +1,223 @@
+//! AVX2 row and 1×4 dot products of the K-quant types (Q8_K activations).
+
+use super::*;
+
+/// Σ_j mins[j] · (bsums[2j] + bsums[2j+1]) for one Q8_K block at `y`.
+#[inline(always)]
+unsafe fn k4_min_sum(mins: [u8; 8], y: *const u8) -> i32 {
+    // SAFETY: a Q8_K block has 16 i16 bsums at offset 260; AVX2 is enabled in the callers.
+    unsafe {
+        let bsums = _mm256_loadu_si256(y.add(260).cast());
+        let pairs = _mm_hadd_epi16(
+            _mm256_castsi256_si128(bsums),
+            _mm256_extracti128_si256::<1>(bsums),
+        );
+        let m = _mm_cvtepu8_epi16(_mm_loadl_epi64(mins.as_ptr().cast()));
+        let p = _mm_madd_epi16(m, pairs);
+        let p = _mm_add_epi32(p, _mm_unpackhi_epi64(p, p));
+        let p = _mm_add_epi32(p, _mm_shuffle_epi32::<0b01>(p));
+        _mm_cvtsi128_si32(p)
+    }
+}
+
+/// Q4_K (`HIGH = false`) and Q5_K (`HIGH = true`) against `N` Q8_K rows.
+#[inline(always)]
+unsafe fn q45_k<const N: usize, const HIGH: bool>(
+    nb: usize,
+    w: *const u8,
+    a: [*const u8; N],
+) -> [f32; N] {
+    let bsize = if HIGH { 176 } else { 144 };
+    let qs_off = if HIGH { 48 } else { 16 };
+    // SAFETY: every row holds `nb` blocks (checked by the wrappers); AVX2/FMA/F16C are enabled.
+    unsafe {
+        let m4 = _mm256_set1_epi8(0x0F);
+        let m1 = _mm256_set1_epi8(1);
+        let mut acc = [0.0f32; N];
+        let mut accm = [0.0f32; N];
+        for i in 0..nb {
+            let x = w.add(i * bsize);
+            prefetch_block(x, bsize);
+            let ys = a.map(|p| p.add(i * 292));
+            let (dx, dminx) = (fp16(x), fp16(x.add(2)));
+            let (scales, mins) = k4_scales_mins(&*x.add(4).cast::<[u8; 12]>());
+            let mut hbits = if HIGH {
+                load256(x.add(16))
+            } else {
+                _mm256_setzero_si256()
+            };
+            let mut sumi = [_mm256_setzero_si256(); N];
+            for j in 0..4 {
+                let q = load256(x.add(qs_off + 32 * j));
+                let mut lo = _mm256_and_si256(q, m4);
+                let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                if HIGH {
+                    let h0 = _mm256_and_si256(hbits, m1);
+                    let h1 = _mm256_and_si256(_mm256_srli_epi16::<1>(hbits), m1);
+                    lo = _mm256_or_si256(lo, _mm256_slli_epi16::<4>(h0));
+                    hi = _mm256_or_si256(hi, _mm256_slli_epi16::<4>(h1));
+                    hbits = _mm256_srli_epi16::<2>(hbits);
+                }
+                let sl = _mm256_set1_epi16(scales[2 * j] as i16);
+                let sh = _mm256_set1_epi16(scales[2 * j + 1] as i16);
+                for c in 0..N {
+                    let q8 = ys[c].add(4 + 64 * j);
+                    let pl = _mm256_madd_epi16(sl, _mm256_maddubs_epi16(lo, load256(q8)));
+                    let ph = _mm256_madd_epi16(sh, _mm256_maddubs_epi16(hi, load256(q8.add(32))));
+                    sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(pl, ph));
+                }
+            }
+            for c in 0..N {
+                let dy = f32_at(ys[c]);
+                let m = k4_min_sum(mins, ys[c]);
+                (acc[c], accm[c]) =
+                    k_block_step(dy * dx, hsum_i32(sumi[c]), acc[c], dy * dminx, m, accm[c]);
+            }
+        }
+        let mut out = [0.0f32; N];
+        for c in 0..N {
+            out[c] = acc[c] - accm[c];
+        }
+        out
+    }
+}
+
+/// The 128 unsigned 6-bit quants (0..63) of half `half` of the Q6_K block at
+/// `x`, as four vectors of 32 consecutive values.
+#[inline(always)]
+pub(super) unsafe fn q6_k_quants(x: *const u8, half: usize) -> [__m256i; 4] {
+    // SAFETY: a Q6_K block has ql at 0 (128 bytes) and qh at 128 (64 bytes);
+    // AVX2 is enabled in every kernel calling this.
+    unsafe {
+        let (m4, m2) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(3));
+        let ql = x.add(64 * half);
+        let qh = load256(x.add(128 + 32 * half));
+        let (b1, b2) = (load256(ql), load256(ql.add(32)));
+        // Two high bits moved to bits 4..5 (a helper, not a closure: closures
+        // do not inherit `target_feature`).
+        #[inline(always)]
+        unsafe fn high(bits: __m256i, m2: __m256i) -> __m256i {
+            // SAFETY: AVX2 is enabled in every kernel calling this.
+            unsafe { _mm256_slli_epi16::<4>(_mm256_and_si256(bits, m2)) }
+        }
+        [
+            _mm256_or_si256(_mm256_and_si256(b1, m4), high(qh, m2)),
+            _mm256_or_si256(
+                _mm256_and_si256(b2, m4),
+                high(_mm256_srli_epi16::<2>(qh), m2),
+            ),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(b1), m4),
+                high(_mm256_srli_epi16::<4>(qh), m2),
+            ),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(b2), m4),
+                high(_mm256_srli_epi16::<6>(qh), m2),
+            ),
+        ]
+    }
+}
+
+/// Q6_K against `N` Q8_K rows. The quants are used unsigned (0..63); the
+/// `-32` offset is applied once per block through the activation's bsums.
+/// Per block, the exact integer sum, then `acc = fma(d_w·d_a, Σ, acc)`.
+#[inline(always)]
+unsafe fn q6_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f32; N] {
+    // SAFETY: every row holds `nb` blocks (checked by the wrappers); AVX2/FMA/F16C are enabled.
+    unsafe {
+        let mut acc = [0.0f32; N];
+        for i in 0..nb {
+            let x = w.add(i * 210);
+            prefetch_block(x, 210);
+            let ys = a.map(|p| p.add(i * 292));
+            let dx = fp16(x.add(208));
+            let sc = &*x.add(192).cast::<[i8; 16]>();
+            let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(sc.as_ptr().cast()));
+            let mut sumi = [_mm256_setzero_si256(); N];
+            for c in 0..N {
+                // -32 · Σ_s scale_s · bsum_s
+                let off = _mm256_madd_epi16(sc16, _mm256_loadu_si256(ys[c].add(260).cast()));
+                sumi[c] = _mm256_sub_epi32(sumi[c], _mm256_slli_epi32::<5>(off));
+            }
+            for half in 0..2 {
+                let q = q6_k_quants(x, half);
+                for (k, &qk) in q.iter().enumerate() {
+                    let s = 8 * half + 2 * k;
+                    let scale = _mm256_set_m128i(
+                        _mm_set1_epi16(sc[s + 1] as i16),
+                        _mm_set1_epi16(sc[s] as i16),
+                    );
+                    for c in 0..N {
+                        let q8 = load256(ys[c].add(4 + 128 * half + 32 * k));
+                        let p = _mm256_madd_epi16(scale, _mm256_maddubs_epi16(qk, q8));
+                        sumi[c] = _mm256_add_epi32(sumi[c], p);
+                    }
+                }
+            }
+            for c in 0..N {
+                let dy = f32_at(ys[c]);
+                acc[c] = (dy * dx).mul_add(hsum_i32(sumi[c]) as f32, acc[c]);
+            }
+        }
+        acc
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k_q4_k(nb: usize, w: *const u8, a: [*const u8; 1]) -> [f32; 1] {
+    // SAFETY: forwarded from the wrapper's checks.
+    unsafe { q45_k::<1, false>(nb, w, a) }
+}
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k_q4_k_x4(nb: usize, w: *const u8, a: [*const u8; 4]) -> [f32; 4] {
+    // SAFETY: forwarded from the wrapper's checks.
+    unsafe { q45_k::<4, false>(nb, w, a) }
+}
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k_q5_k(nb: usize, w: *const u8, a: [*const u8; 1]) -> [f32; 1] {
+    // SAFETY: forwarded from the wrapper's checks.
+    unsafe { q45_k::<1, true>(nb, w, a) }
+}
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k_q5_k_x4(nb: usize, w: *const u8, a: [*const u8; 4]) -> [f32; 4] {
+    // SAFETY: forwarded from the wrapper's checks.
+    unsafe { q45_k::<4, true>(nb, w, a) }
+}
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k_q6_k(nb: usize, w: *const u8, a: [*const u8; 1]) -> [f32; 1] {
+    // SAFETY: forwarded from the wrapper's checks.
+    unsafe { q6_k::<1>(nb, w, a) }
+}
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k_q6_k_x4(nb: usize, w: *const u8, a: [*const u8; 4]) -> [f32; 4] {
+    // SAFETY: forwarded from the wrapper's checks.
+    unsafe { q6_k::<4>(nb, w, a) }
+}
+
+macro_rules! k_wrappers {
+    ($($ty:ident: $k:ident => $one:ident $(, $k4:ident => $x4:ident)?;)*) => {$(
+        pub(crate) fn $one(n: usize, w: &[u8], a: &[u8]) -> f32 {
+            let nb = row_blocks(GgmlType::$ty, n, w);
+            row_blocks(GgmlType::Q8_K, n, a);
+            // SAFETY: both rows hold `nb` blocks (checked above); reachable only through a
+            // table handed out after the kernel's features were detected.
+            unsafe { $k(nb, w.as_ptr(), [a.as_ptr()])[0] }
+        }
+        $(
+        pub(crate) fn $x4(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+            let nb = row_blocks(GgmlType::$ty, n, w);
+            for c in a {
+                row_blocks(GgmlType::Q8_K, n, c);
+            }
+            // SAFETY: as for the row kernel; all five rows hold `nb` blocks.
+            unsafe { $k4(nb, w.as_ptr(), a.map(<[u8]>::as_ptr)) }
+        }
+        )?
+    )*};
+}
+
+k_wrappers! {
+    Q4_K: k_q4_k => vec_dot_q4_k, k_q4_k_x4 => vec_dot_x4_q4_k;
+    Q5_K: k_q5_k => vec_dot_q5_k, k_q5_k_x4 => vec_dot_x4_q5_k;
+    Q6_K: k_q6_k => vec_dot_q6_k, k_q6_k_x4 => vec_dot_x4_q6_k;
+}

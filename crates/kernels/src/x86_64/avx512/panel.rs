@@ -1,0 +1,209 @@
+//! AVX-512 VNNI panel kernels ([`crate::panel`]): sixteen weight rows, one per
+//! i32 lane, against `T` prepared activation rows; per multiply-add one
+//! broadcast of four activation bytes (a load, folded into `vpdpbusd`) and no
+//! shuffle.
+
+use super::*;
+
+#[inline(always)]
+pub(super) unsafe fn bcast(p: *const u8) -> __m512i {
+    // SAFETY: the caller passes four readable bytes.
+    unsafe { _mm512_set1_epi32(p.cast::<i32>().read_unaligned()) }
+}
+
+#[inline(always)]
+pub(super) unsafe fn load512(p: *const u8) -> __m512i {
+    // SAFETY: the caller passes 64 readable bytes; unaligned load.
+    unsafe { _mm512_loadu_si512(p.cast()) }
+}
+
+/// How a legacy panel's blocks are laid out: unpacked per call
+/// ([`crate::panel::LEGACY_BLOCK`]), or stored
+/// ([`crate::panel::STORED_Q8_0_BLOCK`], [`crate::panel::STORED_Q5_0_BLOCK`]).
+const UNPACKED: u8 = 0;
+pub(super) const STORED_Q8_0: u8 = 1;
+pub(super) const STORED_Q5_0: u8 = 2;
+
+pub(super) const fn legacy_block_bytes(form: u8) -> usize {
+    match form {
+        UNPACKED => crate::panel::LEGACY_BLOCK,
+        STORED_Q8_0 => crate::panel::STORED_Q8_0_BLOCK,
+        _ => crate::panel::STORED_Q5_0_BLOCK,
+    }
+}
+
+/// A legacy panel block's eight quant dwords (`w + 2^shift`, one row per
+/// lane) and sixteen scales, from its `FORM`.
+#[inline(always)]
+pub(super) unsafe fn legacy_block<const FORM: u8>(wb: *const u8) -> ([__m512i; 8], __m512) {
+    // SAFETY: a whole block of the form (the caller's contract); AVX-512 F/BW
+    // are enabled in the callers.
+    unsafe {
+        match FORM {
+            UNPACKED => (
+                std::array::from_fn(|k| load512(wb.add(64 * k))),
+                _mm512_loadu_ps(wb.add(512).cast()),
+            ),
+            STORED_Q8_0 => (
+                std::array::from_fn(|k| load512(wb.add(64 * k))),
+                load16_f16(wb.add(512)),
+            ),
+            _ => {
+                // Nibbles, then each dword's fifth bits added as 16 per byte.
+                let low = _mm512_set1_epi8(0x0F);
+                let sixteen = _mm512_set1_epi8(0x10);
+                // Plain loops: a closure here would not inherit the callers'
+                // target features, and one too large to inline is far slower.
+                let mut w = [_mm512_setzero_si512(); 8];
+                for j in 0..4 {
+                    let p = load512(wb.add(64 * j));
+                    w[j] = _mm512_and_si512(p, low);
+                    w[j + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(p), low);
+                }
+                for (k, w) in w.iter_mut().enumerate() {
+                    let mask: __mmask64 = wb.add(256 + 8 * k).cast::<u64>().read_unaligned();
+                    *w = _mm512_mask_add_epi8(*w, mask, *w, sixteen);
+                }
+                (w, load16_f16(wb.add(320)))
+            }
+        }
+    }
+}
+
+/// One 32-value block of a legacy panel (`wb`, laid out as `FORM`) against
+/// `T` prepared rows' blocks (`ys`): the exact sums `Σ(w + o)·a − o·Σa`,
+/// then the row kernel's `acc = fma(d_w·d_a, Σ, acc)` per lane.
+#[inline(always)]
+pub(super) unsafe fn legacy_panel_step<const T: usize, const FORM: u8>(
+    wb: *const u8,
+    ys: [*const u8; T],
+    acc: &mut [__m512; T],
+) {
+    // SAFETY: a whole panel block and `T` whole prepared blocks (the kernel's
+    // contract); AVX-512 F/BW + VNNI are enabled in the callers.
+    unsafe {
+        let (w, dw) = legacy_block::<FORM>(wb);
+        for t in 0..T {
+            let y = ys[t];
+            // Two chains, so eight tokens keep both `vpdpbusd` ports busy
+            // (one chain is latency-bound).
+            let mut a0 = bcast(y.add(36));
+            let mut a1 = _mm512_setzero_si512();
+            for k in (0..8).step_by(2) {
+                a0 = _mm512_dpbusd_epi32(a0, w[k], bcast(y.add(4 * k)));
+                a1 = _mm512_dpbusd_epi32(a1, w[k + 1], bcast(y.add(4 * k + 4)));
+            }
+            let d = _mm512_mul_ps(dw, _mm512_set1_ps(f32_at(y.add(32))));
+            acc[t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_add_epi32(a0, a1)), acc[t]);
+        }
+    }
+}
+
+/// A legacy panel of `nb` blocks against `T` prepared rows `arow` bytes
+/// apart: even and odd blocks in two chains, added at the end (the row
+/// kernels' order).
+#[inline(always)]
+unsafe fn legacy_panel<const T: usize, const FORM: u8>(
+    nb: usize,
+    panel: *const u8,
+    acts: *const u8,
+    arow: usize,
+    out: *mut f32,
+) {
+    // SAFETY: `nb` panel blocks, `T` prepared rows of `nb` blocks and `16·T`
+    // floats of output (the wrapper's checks); features enabled in the callers.
+    unsafe {
+        use crate::panel::LEGACY_ACT;
+        let block = legacy_block_bytes(FORM);
+        let (mut even, mut odd) = ([_mm512_setzero_ps(); T], [_mm512_setzero_ps(); T]);
+        let ys = |i: usize| std::array::from_fn(|t| acts.add(t * arow + i * LEGACY_ACT));
+        let mut i = 0;
+        while i + 2 <= nb {
+            legacy_panel_step::<T, FORM>(panel.add(i * block), ys(i), &mut even);
+            legacy_panel_step::<T, FORM>(panel.add((i + 1) * block), ys(i + 1), &mut odd);
+            i += 2;
+        }
+        if i < nb {
+            legacy_panel_step::<T, FORM>(panel.add(i * block), ys(i), &mut even);
+        }
+        for t in 0..T {
+            _mm512_storeu_ps(out.add(16 * t), _mm512_add_ps(even[t], odd[t]));
+        }
+    }
+}
+
+macro_rules! panel_fns {
+    ($($ty:literal, $values:literal: $body:ident[$form:expr], $block:expr, $act:expr,
+       $kw:ident => $wide:ident, $kn:ident => $narrow:ident;)*) => {$(
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        unsafe fn $kw(nb: usize, panel: *const u8, acts: *const u8, arow: usize, out: *mut f32) {
+            // SAFETY: forwarded from the wrapper's checks.
+            unsafe { $body::<{ crate::panel::PANEL_TOKENS }, { $form }>(nb, panel, acts, arow, out) }
+        }
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        unsafe fn $kn(nb: usize, panel: *const u8, acts: *const u8, arow: usize, out: *mut f32) {
+            // SAFETY: forwarded from the wrapper's checks.
+            unsafe { $body::<{ crate::panel::PANEL_TOKENS / 2 }, { $form }>(nb, panel, acts, arow, out) }
+        }
+        pub(crate) fn $wide(cols: usize, panel: &[u8], acts: &[u8], out: &mut [f32]) {
+            let (nb, arow) = panel_call($ty, $values, cols, panel, $block, acts, $act, out, crate::panel::PANEL_TOKENS);
+            // SAFETY: `nb` panel blocks, the tokens' prepared rows and their outputs
+            // (checked above); reachable only through the AVX512 table, handed out
+            // after AVX-512 F/BW/VL + VNNI were detected.
+            unsafe { $kw(nb, panel.as_ptr(), acts.as_ptr(), arow, out.as_mut_ptr()) }
+        }
+        pub(crate) fn $narrow(cols: usize, panel: &[u8], acts: &[u8], out: &mut [f32]) {
+            let (nb, arow) = panel_call($ty, $values, cols, panel, $block, acts, $act, out, crate::panel::PANEL_TOKENS / 2);
+            // SAFETY: as for the wide kernel, with half the tokens.
+            unsafe { $kn(nb, panel.as_ptr(), acts.as_ptr(), arow, out.as_mut_ptr()) }
+        }
+    )*};
+}
+
+/// Checks a panel call's buffers; returns (blocks, prepared row bytes).
+/// Shared with the AVX2 panels, whose layouts are these.
+#[allow(clippy::too_many_arguments)]
+pub(in crate::x86_64) fn panel_call(
+    ty: &str,
+    bs: usize,
+    cols: usize,
+    panel: &[u8],
+    block: usize,
+    acts: &[u8],
+    act_block: usize,
+    out: &[f32],
+    tokens: usize,
+) -> (usize, usize) {
+    assert!(
+        cols.is_multiple_of(bs),
+        "{ty}: {cols} values is not whole blocks"
+    );
+    let nb = cols / bs;
+    assert_eq!(panel.len(), nb * block, "{ty} panel size");
+    assert_eq!(
+        acts.len(),
+        tokens * nb * act_block,
+        "{ty} prepared rows size"
+    );
+    assert_eq!(out.len(), 16 * tokens, "{ty} panel output size");
+    (nb, nb * act_block)
+}
+
+// One legacy kernel serves Q8_0, Q4_0 and Q5_0: their panels differ only
+// in how they were unpacked.
+panel_fns! {
+    "legacy", 32: legacy_panel[UNPACKED], crate::panel::LEGACY_BLOCK, crate::panel::LEGACY_ACT,
+        k_panel8_legacy => panel8_legacy, k_panel4_legacy => panel4_legacy;
+    "stored Q8_0", 32: legacy_panel[STORED_Q8_0], crate::panel::STORED_Q8_0_BLOCK, crate::panel::LEGACY_ACT,
+        k_panel8_stored_q8_0 => panel8_stored_q8_0, k_panel4_stored_q8_0 => panel4_stored_q8_0;
+    "stored Q5_0", 32: legacy_panel[STORED_Q5_0], crate::panel::STORED_Q5_0_BLOCK, crate::panel::LEGACY_ACT,
+        k_panel8_stored_q5_0 => panel8_stored_q5_0, k_panel4_stored_q5_0 => panel4_stored_q5_0;
+    "Q4_K", 256: q4_k_panel[false], crate::panel::Q4_K_BLOCK, crate::panel::Q4_K_ACT,
+        k_panel8_q4_k => panel8_q4_k, k_panel4_q4_k => panel4_q4_k;
+    "stored Q4_K", 256: q4_k_panel[true], crate::panel::STORED_Q4_K_BLOCK, crate::panel::Q4_K_ACT,
+        k_panel8_stored_q4_k => panel8_stored_q4_k, k_panel4_stored_q4_k => panel4_stored_q4_k;
+    "Q6_K", 256: q6_k_panel[false], crate::panel::Q6_K_BLOCK, crate::panel::Q6_K_ACT,
+        k_panel8_q6_k => panel8_q6_k, k_panel4_q6_k => panel4_q6_k;
+    "stored Q6_K", 256: q6_k_panel[true], crate::panel::STORED_Q6_K_BLOCK, crate::panel::Q6_K_ACT,
+        k_panel8_stored_q6_k => panel8_stored_q6_k, k_panel4_stored_q6_k => panel4_stored_q6_k;
+}

@@ -1,0 +1,380 @@
+//! AVX-512 VNNI kernels over stored panels ([`crate::panel::StoredPanelFns`]):
+//! one token against stored panels, and unpacking stored panels.
+
+use super::*;
+
+/// `n` stored legacy panels of `nb` blocks against one prepared row, each
+/// panel as [`legacy_panel`] for one token, each block's bytes prefetched
+/// `ahead` bytes further on ([`crate::prefetch`]; 0: none): whether a
+/// software prefetch helps depends on the host, so the distance is chosen
+/// there.
+#[inline(always)]
+unsafe fn stored_single<const FORM: u8>(
+    nb: usize,
+    panels: *const u8,
+    n: usize,
+    act: *const u8,
+    out: *mut f32,
+    ahead: usize,
+) {
+    use crate::panel::LEGACY_ACT;
+    let block = legacy_block_bytes(FORM);
+    // SAFETY: `n` panels of `nb` stored blocks, a prepared row of `nb` blocks
+    // and `16·n` floats of output (the wrapper's checks); the features are
+    // enabled in the callers.
+    unsafe {
+        for p in 0..n {
+            let panel = panels.add(p * nb * block);
+            let (mut even, mut odd) = ([_mm512_setzero_ps()], [_mm512_setzero_ps()]);
+            for i in 0..nb {
+                let wb = panel.add(i * block);
+                stream_ahead(wb, ahead, block);
+                let acc = if i % 2 == 0 { &mut even } else { &mut odd };
+                legacy_panel_step::<1, FORM>(wb, [act.add(i * LEGACY_ACT)], acc);
+            }
+            _mm512_storeu_ps(out.add(16 * p), _mm512_add_ps(even[0], odd[0]));
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn k_stored_single_q8_0(
+    nb: usize,
+    panels: *const u8,
+    n: usize,
+    act: *const u8,
+    out: *mut f32,
+    ahead: usize,
+) {
+    // SAFETY: forwarded from the wrapper's checks.
+    unsafe { stored_single::<STORED_Q8_0>(nb, panels, n, act, out, ahead) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn k_stored_single_q5_0(
+    nb: usize,
+    panels: *const u8,
+    n: usize,
+    act: *const u8,
+    out: *mut f32,
+    ahead: usize,
+) {
+    // SAFETY: forwarded from the wrapper's checks.
+    unsafe { stored_single::<STORED_Q5_0>(nb, panels, n, act, out, ahead) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn k_unpack_stored_q5_0(nb: usize, panel: *const u8, out: *mut u8) {
+    use crate::panel::{LEGACY_BLOCK, STORED_Q5_0_BLOCK};
+    // SAFETY: `nb` stored blocks in and `nb` legacy blocks out (the wrapper's
+    // checks); the features are enabled.
+    unsafe {
+        for i in 0..nb {
+            let (w, dw) = legacy_block::<STORED_Q5_0>(panel.add(i * STORED_Q5_0_BLOCK));
+            let dst = out.add(i * LEGACY_BLOCK);
+            for (k, w) in w.into_iter().enumerate() {
+                _mm512_storeu_si512(dst.add(64 * k).cast(), w);
+            }
+            _mm512_storeu_ps(dst.add(512).cast(), dw);
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn k_stored_single_q4_k(
+    nb: usize,
+    panels: *const u8,
+    n: usize,
+    act: *const u8,
+    out: *mut f32,
+    ahead: usize,
+) {
+    use crate::panel::STORED_Q4_K_BLOCK;
+    // SAFETY: `n` panels of `nb` stored super-blocks, a prepared row and `16·n`
+    // outputs (the wrapper's checks); the features are enabled.
+    unsafe {
+        for p in 0..n {
+            let panel = panels.add(p * nb * STORED_Q4_K_BLOCK);
+            q4_k_panel_ahead::<1, true>(nb, panel, act, 0, out.add(16 * p), ahead);
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn k_unpack_stored_q4_k(nb: usize, panel: *const u8, out: *mut u8) {
+    use crate::panel::{Q4_K_BLOCK, STORED_Q4_K_BLOCK};
+    // SAFETY: `nb` stored super-blocks in and `nb` panel super-blocks out (the
+    // wrapper's checks); the features are enabled.
+    unsafe {
+        let low = _mm512_set1_epi8(0x0F);
+        for i in 0..nb {
+            let p = panel.add(i * STORED_Q4_K_BLOCK);
+            let dst = out.add(i * Q4_K_BLOCK);
+            for j in 0..4 {
+                for k in 0..8 {
+                    let packed = load512(p.add(512 * j + 64 * k));
+                    let lo = _mm512_and_si512(packed, low);
+                    let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(packed), low);
+                    _mm512_storeu_si512(dst.add(1024 * j + 64 * k).cast(), lo);
+                    _mm512_storeu_si512(dst.add(1024 * j + 512 + 64 * k).cast(), hi);
+                }
+            }
+            let meta = stored_q4_k_meta(p);
+            for sb in 0..8 {
+                _mm512_storeu_si512(dst.add(4096 + 64 * sb).cast(), q4_k_scale(&meta, sb));
+            }
+            for q in 0..4 {
+                _mm512_storeu_si512(dst.add(4608 + 64 * q).cast(), q4_k_min_pair(&meta, q));
+            }
+            _mm512_storeu_ps(dst.add(4864).cast(), load16_f16(p.add(2240)));
+            _mm512_storeu_ps(dst.add(4928).cast(), load16_f16(p.add(2272)));
+        }
+    }
+}
+
+/// A stored type's sizes, for the checked entry points below.
+struct StoredShape {
+    ty: &'static str,
+    /// Values per block.
+    values: usize,
+    /// Bytes of a stored block (sixteen rows).
+    block: usize,
+    /// Bytes of a block of the activation row the one-token kernel reads
+    /// ([`crate::panel::StoredPanelFns::single_reads_quantized`]).
+    act_block: usize,
+    /// Bytes of a block of the panel a stored block unpacks to.
+    panel_block: usize,
+}
+
+const SHAPE_Q8_0: StoredShape = StoredShape {
+    ty: "Q8_0",
+    values: 32,
+    block: crate::panel::STORED_Q8_0_BLOCK,
+    act_block: crate::panel::LEGACY_ACT,
+    panel_block: crate::panel::LEGACY_BLOCK,
+};
+const SHAPE_Q5_0: StoredShape = StoredShape {
+    ty: "Q5_0",
+    values: 32,
+    block: crate::panel::STORED_Q5_0_BLOCK,
+    act_block: crate::panel::LEGACY_ACT,
+    panel_block: crate::panel::LEGACY_BLOCK,
+};
+const SHAPE_Q4_K: StoredShape = StoredShape {
+    ty: "Q4_K",
+    values: 256,
+    block: crate::panel::STORED_Q4_K_BLOCK,
+    act_block: crate::panel::Q4_K_ACT,
+    panel_block: crate::panel::Q4_K_BLOCK,
+};
+const SHAPE_Q6_K: StoredShape = StoredShape {
+    ty: "Q6_K",
+    values: 256,
+    block: crate::panel::STORED_Q6_K_BLOCK,
+    // Its one-token kernel reads the Q8_K row itself.
+    act_block: crate::panel::Q8_K_BYTES,
+    panel_block: crate::panel::Q6_K_BLOCK,
+};
+
+/// A one-token stored kernel: (blocks per row, panels, panel count,
+/// activation row, outputs, prefetch distance).
+type StoredSingleKernel = unsafe fn(usize, *const u8, usize, *const u8, *mut f32, usize);
+/// A stored-panel unpacker: (blocks per row, stored panel, panel out).
+type UnpackStoredKernel = unsafe fn(usize, *const u8, *mut u8);
+
+/// Checks a one-token call over stored panels of `shape` (whole blocks,
+/// whole panels, the activation row's and the output's sizes), then runs
+/// `kernel` on it.
+fn stored_single_call(
+    shape: &StoredShape,
+    kernel: StoredSingleKernel,
+    cols: usize,
+    panels: &[u8],
+    act: &[u8],
+    out: &mut [f32],
+) {
+    let StoredShape { ty, values, .. } = *shape;
+    assert!(
+        cols > 0 && cols.is_multiple_of(values),
+        "{ty}: {cols} values is not whole blocks"
+    );
+    let nb = cols / values;
+    let pbytes = nb * shape.block;
+    assert!(
+        panels.len().is_multiple_of(pbytes),
+        "stored {ty}: {} bytes is not whole panels",
+        panels.len()
+    );
+    let n = panels.len() / pbytes;
+    assert_eq!(act.len(), nb * shape.act_block, "{ty} activation row size");
+    assert_eq!(out.len(), 16 * n, "stored panel output size");
+    // SAFETY: `n` whole panels of `nb` stored blocks, an activation row of
+    // `nb` blocks and `16·n` outputs (checked above), as every kernel passed here
+    // reads and writes; reachable only through the AVX512 table, handed out
+    // after AVX-512 F/BW/VL + VNNI were detected.
+    unsafe {
+        kernel(
+            nb,
+            panels.as_ptr(),
+            n,
+            act.as_ptr(),
+            out.as_mut_ptr(),
+            crate::prefetch::ahead(),
+        )
+    }
+}
+
+/// Checks an unpacking call of one stored panel of `shape` (whole blocks,
+/// both sizes), then runs `kernel` on it.
+fn unpack_stored_call(
+    shape: &StoredShape,
+    kernel: UnpackStoredKernel,
+    cols: usize,
+    panel: &[u8],
+    out: &mut [u8],
+) {
+    let StoredShape { ty, values, .. } = *shape;
+    assert!(
+        cols.is_multiple_of(values),
+        "{ty}: {cols} values is not whole blocks"
+    );
+    let nb = cols / values;
+    assert_eq!(panel.len(), nb * shape.block, "stored {ty} panel size");
+    assert_eq!(out.len(), nb * shape.panel_block, "{ty} panel size");
+    // SAFETY: `nb` blocks each way (checked above), as every unpacker passed
+    // here reads and writes; reachable only through the AVX512 table, handed
+    // out after AVX-512 F/BW/VL + VNNI were detected.
+    unsafe { kernel(nb, panel.as_ptr(), out.as_mut_ptr()) }
+}
+
+pub(crate) fn stored_single_q8_0(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
+    stored_single_call(&SHAPE_Q8_0, k_stored_single_q8_0, cols, panels, act, out)
+}
+pub(crate) fn stored_single_q5_0(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
+    stored_single_call(&SHAPE_Q5_0, k_stored_single_q5_0, cols, panels, act, out)
+}
+pub(crate) fn stored_single_q4_k(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
+    stored_single_call(&SHAPE_Q4_K, k_stored_single_q4_k, cols, panels, act, out)
+}
+pub(crate) fn stored_single_q6_k(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
+    stored_single_call(&SHAPE_Q6_K, k_stored_single_q6_k, cols, panels, act, out)
+}
+
+/// A stored panel → the panel its type's kernels read (the legacy panel for
+/// Q5_0), with the stored kernels' expansion (checked against the file's
+/// rows unpacked).
+pub(crate) fn unpack_stored_q5_0(cols: usize, panel: &[u8], out: &mut [u8]) {
+    unpack_stored_call(&SHAPE_Q5_0, k_unpack_stored_q5_0, cols, panel, out)
+}
+pub(crate) fn unpack_stored_q4_k(cols: usize, panel: &[u8], out: &mut [u8]) {
+    unpack_stored_call(&SHAPE_Q4_K, k_unpack_stored_q4_k, cols, panel, out)
+}
+pub(crate) fn unpack_stored_q6_k(cols: usize, panel: &[u8], out: &mut [u8]) {
+    unpack_stored_call(&SHAPE_Q6_K, k_unpack_stored_q6_k, cols, panel, out)
+}
+
+/// Super-blocks of the activation row whose sub-block sums
+/// [`k_stored_single_q6_k`] widens at a time (on the stack).
+const Q6_K_SINGLE_CHUNK: usize = 16;
+
+/// One token over stored Q6_K panels, against the Q8_K row itself: each 64
+/// bytes of quants rebuilt as unsigned `q` (0..64) and multiplied at once
+/// with the signed activations (`vpdpbusd` takes them in that order), half
+/// a super-block at a time; each sub-block's sum then takes `32·Σa` from
+/// the row's own sub-block sums, so it is the row kernel's exact
+/// `Σ (q − 32)·a` with neither the `− 32` per quant byte nor the quants'
+/// byte sums the prepared (`a + 128`) form needs: about a third fewer
+/// vector instructions, where this kernel is compute-bound. The activation's
+/// sums are widened to `32·Σa` as i32 once per call for up to
+/// [`Q6_K_SINGLE_CHUNK`] super-blocks, then broadcast from memory; longer
+/// rows go in chunks, each panel's accumulator kept in `out` between
+/// them (the same additions in the same order).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn k_stored_single_q6_k(
+    nb: usize,
+    panels: *const u8,
+    n: usize,
+    act: *const u8,
+    out: *mut f32,
+    ahead: usize,
+) {
+    use crate::panel::{Q8_K_BYTES, STORED_Q6_K_BLOCK};
+    // SAFETY: `n` panels of `nb` stored super-blocks, `nb` Q8_K blocks and
+    // `16·n` outputs (the wrapper's checks); the features are enabled; the
+    // stack buffer holds the sums of the chunk's super-blocks only.
+    unsafe {
+        let mut sums = [0i32; 16 * Q6_K_SINGLE_CHUNK];
+        for c0 in (0..nb).step_by(Q6_K_SINGLE_CHUNK) {
+            let c1 = nb.min(c0 + Q6_K_SINGLE_CHUNK);
+            for i in c0..c1 {
+                // Q8_K: the scale (f32), 256 quants, then 16 i16 sums.
+                let bsums = _mm256_loadu_si256(act.add(i * Q8_K_BYTES + 260).cast());
+                let wide = _mm512_slli_epi32::<5>(_mm512_cvtepi16_epi32(bsums));
+                _mm512_storeu_si512(sums.as_mut_ptr().add(16 * (i - c0)).cast(), wide);
+            }
+            for panel in 0..n {
+                let mut acc = if c0 == 0 {
+                    _mm512_setzero_ps()
+                } else {
+                    _mm512_loadu_ps(out.add(16 * panel))
+                };
+                for i in c0..c1 {
+                    let p = panels.add((panel * nb + i) * STORED_Q6_K_BLOCK);
+                    let y = act.add(i * Q8_K_BYTES);
+                    let b = sums.as_ptr().add(16 * (i - c0));
+                    let mut s = _mm512_setzero_si512();
+                    for h in 0..2 {
+                        // Sub-block 8h + j's Σ q·a.
+                        let mut a = [_mm512_setzero_si512(); 8];
+                        for k8 in 0..8 {
+                            // A sixteenth of the block, `ahead` further on.
+                            let part = STORED_Q6_K_BLOCK / 16;
+                            stream_ahead(p.add(part * (8 * h + k8)), ahead, part);
+                            for (g, w) in q6_k_quants(p, h, k8).into_iter().enumerate() {
+                                // Values 128h + 32g + 4·k8..: quants 4 + that.
+                                let x = bcast(y.add(4 + 128 * h + 32 * g + 4 * k8));
+                                let j = 2 * g + k8 / 4;
+                                a[j] = _mm512_dpbusd_epi32(a[j], w, x);
+                            }
+                        }
+                        for m in 0..2 {
+                            for (c, sc) in q6_k_scales(p, 2 * h + m).into_iter().enumerate() {
+                                let j = 4 * m + c;
+                                let t =
+                                    _mm512_sub_epi32(a[j], _mm512_set1_epi32(*b.add(8 * h + j)));
+                                s = _mm512_add_epi32(s, _mm512_mullo_epi32(t, sc));
+                            }
+                        }
+                    }
+                    let d = _mm512_mul_ps(load16_f16(p.add(3328)), _mm512_set1_ps(f32_at(y)));
+                    acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc);
+                }
+                _mm512_storeu_ps(out.add(16 * panel), acc);
+            }
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn k_unpack_stored_q6_k(nb: usize, panel: *const u8, out: *mut u8) {
+    use crate::panel::{Q6_K_BLOCK, STORED_Q6_K_BLOCK};
+    // SAFETY: `nb` stored super-blocks in and `nb` panel super-blocks out (the
+    // wrapper's checks); the features are enabled.
+    unsafe {
+        for i in 0..nb {
+            let p = panel.add(i * STORED_Q6_K_BLOCK);
+            let dst = out.add(i * Q6_K_BLOCK);
+            let mut w = [[_mm512_setzero_si512(); 4]; 16];
+            let mut sc = [_mm512_setzero_si512(); 16];
+            let offset = stored_q6_k_expand(p, &mut w, &mut sc);
+            for (s, (w, &sc)) in w.iter().zip(&sc).enumerate() {
+                for (k, &w) in w.iter().enumerate() {
+                    store512(dst.add(256 * s + 64 * k), w);
+                }
+                store512(dst.add(4096 + 64 * s), sc);
+            }
+            store512(dst.add(5120), offset);
+            _mm512_storeu_ps(dst.add(5184).cast(), load16_f16(p.add(3328)));
+        }
+    }
+}
