@@ -88,7 +88,8 @@ fn embed(a: EmbedArgs) -> Result<()> {
     let path = models::resolve(&a.model)?;
     // Loaded once and run many times, as `lamina serve` loads it: stored as
     // panels where the ISA has them (the one-shot `lamina embed` keeps rows).
-    let model = lamina_model::Model::open_as(&path, lamina_model::Load::Map, true)
+    let model = models::load_options(lamina_model::Load::Map, Some(true))
+        .open(&path)
         .with_context(|| format!("loading {}", path.display()))?;
     let mut e = Embedder::new(model)?;
     let opts = EmbedOptions::default();
@@ -149,13 +150,14 @@ fn embed(a: EmbedArgs) -> Result<()> {
 }
 
 fn generate(a: GenerateArgs) -> Result<()> {
-    use lamina_model::{KvCache, KvType, Model, Workspace};
+    use lamina_model::{KvCache, KvType, Workspace};
     if a.runs == 0 || a.pp == 0 {
         bail!("--runs and --pp must be at least 1");
     }
     let pool = thread_pool(a.threads)?;
     let path = models::resolve(&a.model)?;
-    let model = Model::open_with(&path, a.load.load())
+    let model = models::load_options(a.load.load(), None)
+        .open(&path)
         .with_context(|| format!("loading {}", path.display()))?;
     let hp = &model.hp;
     let n_ctx = a.pp.checked_add(a.tg).context("--pp plus --tg overflows")?;
@@ -174,7 +176,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
     // is of the better of the probes right before and right after it.
     // Without the probe's 1 GiB buffer the bench still runs, without the share.
     let probe = if a.tg > 0 {
-        match lamina_kernels::probe::BandwidthProbe::new() {
+        match lamina_kernels::bandwidth::BandwidthProbe::new() {
             Ok(p) => Some(p),
             Err(e) => {
                 tracing::warn!("memory bandwidth not measured (a 1 GiB buffer: {e})");
@@ -228,7 +230,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
                 tg_s.push(tok_s);
                 // Each parallel region pays it: it explains runs whose share
                 // drops while the bandwidth rises (the vCPUs moved further apart).
-                trip_s.push(lamina_kernels::probe::core_round_trip_ns(5_000));
+                trip_s.push(lamina_kernels::bandwidth::core_round_trip_ns(5_000));
                 let after = measure();
                 if let (Some(before), Some(after)) = (bw_before, after) {
                     bw_s.push(after);

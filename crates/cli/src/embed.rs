@@ -5,10 +5,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use lamina_kernels::pool::{Rayon, ThreadPool};
-use lamina_kernels::spin::SpinPool;
 use lamina_model::embed::{DOCUMENT_PREFIX, EmbedOptions, Embedder, QUERY_PREFIX};
 use lamina_model::tokenizer::Tokenizer;
+use lamina_model::{Load, Rayon, SpinPool, ThreadPool};
 use serde_json::json;
 
 use crate::models;
@@ -61,12 +60,10 @@ pub fn init_threads(threads: Option<usize>) -> Result<usize> {
 /// The compute pool, with `--threads` workers (default: every core): the
 /// persistent spinning pool ([`SpinPool`]), whose workers spin briefly
 /// between a forward pass's short parallel regions instead of being woken
-/// through the OS each time (then park, so an idle pool costs no CPU). On a
-/// quiet 2-core machine it measured 25.1 vs 30.8 ms per 12-token embedding
-/// and 69 vs 56 tokens/s SmolLM2 Q8_0 generation against rayon's pool.
+/// through the OS each time (then park, so an idle pool costs no CPU).
 /// `LAMINA_POOL=rayon` uses rayon's global pool instead, which degrades less
-/// on an oversubscribed machine (170 ms spinning vs 95 ms per 12-token
-/// embedding at load 10 on 2 cores). rayon's global pool is sized to
+/// on an oversubscribed machine, where spinning workers steal each other's
+/// cores. rayon's global pool is sized to
 /// `--threads` either way (model loading and the quantizer use it).
 pub fn thread_pool(threads: Option<usize>) -> Result<Box<dyn ThreadPool>> {
     let n = init_threads(threads)?;
@@ -119,8 +116,10 @@ pub fn run(args: Args) -> Result<()> {
         bail!("no text to embed: pass texts as arguments, --file, or lines on stdin");
     }
     let t0 = Instant::now();
-    let mut embedder =
-        Embedder::open(&path).with_context(|| format!("loading {}", path.display()))?;
+    let model = models::load_options(Load::Map, None)
+        .open(&path)
+        .with_context(|| format!("loading {}", path.display()))?;
+    let mut embedder = Embedder::new(model)?;
     tracing::info!(
         "loaded {} in {:.0} ms; kernels {:?}, {} threads",
         path.display(),

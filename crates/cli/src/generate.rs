@@ -6,11 +6,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use lamina_kernels::pool::ThreadPool;
 use lamina_model::generate::{DEFAULT_BATCH, GenerateOptions, Session};
 use lamina_model::sampling::{Sampler, SamplerParams};
 use lamina_model::tokenizer::Tokenizer;
-use lamina_model::{KvType, Load, Model, ModelError};
+use lamina_model::{KvType, Load, Model, ModelError, ThreadPool};
 use serde_json::json;
 
 use crate::embed::thread_pool;
@@ -136,7 +135,8 @@ impl ModelArgs {
         let pool = thread_pool(self.threads)?;
         let path = models::resolve(&self.model)?;
         let t0 = Instant::now();
-        let model = Model::open_with(&path, self.load.load())
+        let model = models::load_options(self.load.load(), None)
+            .open(&path)
             .with_context(|| format!("loading {}", path.display()))?;
         if !model.has_lm_head() {
             bail!(

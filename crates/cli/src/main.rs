@@ -17,11 +17,24 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// The environment variables the command reads, for `--help`.
+const ENVIRONMENT: &str = "\
+Environment:
+  LAMINA_MODELS    folder searched for model names (default ~/.cache/lamina/models)
+  LAMINA_LOG       log filter (overrides -v), e.g. debug or lamina_server=info
+  LAMINA_POOL      compute pool: spin (default) or rayon
+  LAMINA_PANELS    0 keeps every model's matrices as the file's rows instead of
+                   rewriting them into panels at load (same results, for A/B timings)
+  LAMINA_ISA       force a kernel ISA: scalar, avx2, avx512, neon or dotprod
+  LAMINA_PREFETCH  software prefetch distance in bytes (0 turns it off)
+  LAMINA_API_KEY   serve: the API key when --api-key is not given";
+
 #[derive(Parser, Debug)]
 #[command(
     name = "lamina",
     version,
-    about = "Run GGUF language models on the CPU"
+    about = "Run GGUF language models on the CPU",
+    after_help = ENVIRONMENT
 )]
 struct Cli {
     /// More log output (-v info, -vv debug); LAMINA_LOG overrides.

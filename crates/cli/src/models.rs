@@ -3,6 +3,18 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
+use lamina_model::{Load, LoadOptions};
+
+/// The directory holding model files: `$LAMINA_MODELS` when set and not
+/// empty, else `~/.cache/lamina/models` (where `cargo xtask models` puts them).
+pub fn models_dir() -> PathBuf {
+    match std::env::var_os("LAMINA_MODELS") {
+        Some(dir) if !dir.is_empty() => dir.into(),
+        _ => {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/lamina/models")
+        }
+    }
+}
 
 /// Resolves a model argument: an existing path, or a file name (with or
 /// without `.gguf`) inside the models directory.
@@ -11,7 +23,7 @@ pub fn resolve(model: &str) -> Result<PathBuf> {
     if direct.exists() {
         return Ok(direct.to_path_buf());
     }
-    let dir = lamina_gguf::models_dir();
+    let dir = models_dir();
     for candidate in [dir.join(model), dir.join(format!("{model}.gguf"))] {
         if candidate.is_file() {
             return Ok(candidate);
@@ -22,4 +34,22 @@ pub fn resolve(model: &str) -> Result<PathBuf> {
          (run `cargo xtask models` to fetch the project's models)",
         dir.display()
     )
+}
+
+/// Whether `LAMINA_PANELS=0` asks to keep every model's matrices as the
+/// file's rows (for A/B timings of the panel kernels).
+fn panels_off() -> bool {
+    std::env::var_os("LAMINA_PANELS").is_some_and(|v| v == "0")
+}
+
+/// How to load a model: `load`, and matrices stored as panels if `panels`
+/// (`None`: the library's per-architecture default), unless
+/// `LAMINA_PANELS=0` keeps the rows.
+pub fn load_options(load: Load, panels: Option<bool>) -> LoadOptions {
+    let opts = LoadOptions::new().load(load);
+    match panels {
+        _ if panels_off() => opts.panels(false),
+        Some(p) => opts.panels(p),
+        None => opts,
+    }
 }

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use lamina_model::quantize::{Target, quantize_file};
+use lamina_model::requantize::{Target, quantize_file};
 use serde_json::json;
 
 #[derive(clap::Args, Debug)]

@@ -122,7 +122,8 @@ pub fn run(args: Args) -> Result<()> {
             KvArg::F16 => lamina_model::KvType::F16,
             KvArg::F32 => lamina_model::KvType::F32,
         },
-        load: args.load.load(),
+        // A served model is loaded once: embedding models too are stored as panels.
+        load: models::load_options(args.load.load(), Some(true)),
         header_timeout: secs("--header-timeout", args.header_timeout)?,
         body_timeout: secs("--body-timeout", args.body_timeout)?,
         write_timeout: secs("--write-timeout", args.write_timeout)?,

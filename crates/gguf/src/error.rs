@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 /// A GGUF read, lookup or write failure.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     #[error("{path}: {source}")]
     Io {

@@ -27,16 +27,6 @@ pub use types::GgmlType;
 pub use value::{ArrayIter, ArrayView, MAX_COPIED_ELEMENTS, OwnedValue, Value, ValueType};
 pub use write::{GgufBuilder, TensorSpec, TensorWriter};
 
-/// The directory holding model files: `$LAMINA_MODELS` when set and not
-/// empty, else `~/.cache/lamina/models` (where `cargo xtask models` puts them).
-pub fn models_dir() -> std::path::PathBuf {
-    match std::env::var_os("LAMINA_MODELS") {
-        Some(dir) if !dir.is_empty() => dir.into(),
-        _ => std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-            .join(".cache/lamina/models"),
-    }
-}
-
 impl<D: AsRef<[u8]>> Gguf<D> {
     /// A builder holding this file's metadata and tensor layout, so it can be
     /// written back (possibly modified) with [`GgufBuilder::write_header`].

@@ -2,20 +2,9 @@
 //! A missing model fails the test with instructions; it is never skipped.
 
 use std::io::Write;
-use std::path::PathBuf;
 
 use lamina_gguf::{GgmlType, Gguf};
-
-fn model(name: &str) -> PathBuf {
-    let dir = lamina_gguf::models_dir();
-    let path = dir.join(name);
-    assert!(
-        path.exists(),
-        "model {} is missing: run `cargo xtask models` (or set LAMINA_MODELS)",
-        path.display()
-    );
-    path
-}
+use lamina_testkit::required as model;
 
 /// A writer that compares everything written against the original bytes,
 /// so a 250 MB file is checked without a second copy in memory.

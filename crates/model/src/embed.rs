@@ -60,10 +60,9 @@ pub struct Embedder {
 impl Embedder {
     pub fn new(model: Model) -> Result<Embedder, ModelError> {
         if model.has_lm_head() {
-            return Err(ModelError::Input(format!(
-                "{} is a text-generation model; embeddings need an embedding model such as gemma-embedding",
-                model.hp.arch_name
-            )));
+            return Err(ModelError::NotEmbedding {
+                arch: model.hp.arch_name.clone(),
+            });
         }
         let tokenizer = Tokenizer::from_gguf(&model.file)?;
         model.check_tokenizer(&tokenizer)?;
@@ -144,10 +143,10 @@ impl Embedder {
         if let Some(dim) = opts.dim
             && (dim == 0 || dim > self.dim())
         {
-            return Err(ModelError::Input(format!(
-                "--dim {dim} must be between 1 and {}",
-                self.dim()
-            )));
+            return Err(ModelError::BadDim {
+                dim,
+                max: self.dim(),
+            });
         }
         let mut out = Vec::with_capacity(seqs.len());
         let mut result = Ok(());

@@ -139,10 +139,9 @@ impl<'m> Session<'m> {
         batch: usize,
     ) -> Result<Session<'m>, ModelError> {
         if !model.has_lm_head() {
-            return Err(ModelError::Input(format!(
-                "{} is an embedding model: it has no LM head to generate with",
-                model.hp.arch_name
-            )));
+            return Err(ModelError::NoLmHead {
+                arch: model.hp.arch_name.clone(),
+            });
         }
         if n_ctx == 0 || batch == 0 {
             return Err(ModelError::Input(

@@ -6,7 +6,20 @@
 //! * [`embed`]: sentence embeddings (pooling, dense head, batching).
 //! * [`generate`], [`sampling`], [`chat`]: text generation sessions,
 //!   llama.cpp's sampler chain, chat templates.
-//! * [`convert`]: Hugging Face checkpoints → GGUF; [`quantize`]: GGUF → GGUF in another type.
+//! * [`convert`]: Hugging Face checkpoints → GGUF; [`requantize`]: a whole
+//!   GGUF → GGUF with its weights in another type.
+//! * [`LoadOptions`]: how a file becomes a [`Model`]; [`ThreadPool`] and
+//!   [`default_pool`]: the threads a forward pass runs on.
+//!
+//! ```no_run
+//! use lamina_model::embed::{EmbedOptions, Embedder};
+//!
+//! let pool = lamina_model::default_pool();
+//! let mut embedder = Embedder::open("embeddinggemma-300m-Q8_0.gguf")?;
+//! let vectors = embedder.embed(&["hello"], &EmbedOptions::default(), &pool)?;
+//! println!("{} dimensions", vectors[0].vector.len());
+//! # Ok::<(), lamina_model::ModelError>(())
+//! ```
 #![forbid(unsafe_code)]
 
 pub mod chat;
@@ -14,18 +27,31 @@ pub mod convert;
 pub mod embed;
 pub mod generate;
 pub mod hparams;
+pub mod load;
 pub mod mem;
-pub mod quantize;
+pub mod requantize;
 pub mod sampling;
 pub mod tokenizer;
 pub mod transformer;
 pub mod weights;
 
 pub use hparams::{Arch, HParams};
-pub use transformer::{KvCache, KvType, Load, Model, Workspace};
+pub use lamina_kernels::pool::{Rayon, Serial, ThreadPool};
+pub use lamina_kernels::spin_pool::SpinPool;
+pub use load::{Load, LoadOptions};
+pub use transformer::{KvCache, KvType, Model, Workspace};
+
+/// A compute pool with one thread per core: the spinning pool the CLI uses
+/// by default ([`SpinPool`]), whose workers spin briefly between a forward
+/// pass's short parallel regions and then park, so an idle pool costs no CPU.
+/// [`Rayon`] degrades less on an oversubscribed machine.
+pub fn default_pool() -> SpinPool {
+    SpinPool::new(std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
 
 /// A model could not be loaded or run.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ModelError {
     #[error(transparent)]
     Gguf(#[from] lamina_gguf::Error),
@@ -67,8 +93,62 @@ pub enum ModelError {
         n_ctx: usize,
         at_least: bool,
     },
+    /// [`embed::Embedder`] was given a model with an LM head.
+    #[error(
+        "{arch} is a text-generation model; embeddings need an embedding model such as gemma-embedding"
+    )]
+    NotEmbedding { arch: String },
+    /// A generation [`generate::Session`] was given a model without an LM head.
+    #[error("{arch} is an embedding model: it has no LM head to generate with")]
+    NoLmHead { arch: String },
+    /// A Matryoshka dimension outside `1..=max`.
+    #[error("--dim {dim} must be between 1 and {max}")]
+    BadDim { dim: usize, max: usize },
+    /// A tokenizer with ids the embedding matrix has no row for.
+    #[error("the tokenizer has {tokens} tokens but the model's embedding matrix only {rows} rows")]
+    VocabMismatch { tokens: usize, rows: usize },
+    /// A session whose KV cache and buffers need more memory than there is.
+    #[error(
+        "a context of {n_ctx} tokens needs {:.1} GiB for its KV cache and buffers, more than the {:.1} GiB \
+         this machine has: lower --ctx",
+        gib(*need),
+        gib(*limit)
+    )]
+    ContextTooLarge {
+        n_ctx: usize,
+        /// Bytes the session needs.
+        need: u128,
+        /// Bytes this machine can give it.
+        limit: u128,
+    },
+    /// A dense head whose last layer does not map back to `n_embd`.
+    #[error("unsupported: dense head ends at width {width}, not n_embd {n_embd}")]
+    DenseHead { width: usize, n_embd: usize },
+    /// Bad input not covered above (chat messages, templates, prompts).
     #[error("{0}")]
     Input(String),
+}
+
+impl ModelError {
+    /// Whether the caller's input is at fault (rather than the model file or
+    /// this library): a server answers these with 400.
+    pub fn is_input(&self) -> bool {
+        matches!(
+            self,
+            ModelError::Input(_)
+                | ModelError::BadToken { .. }
+                | ModelError::ContextExceeded { .. }
+                | ModelError::NotEmbedding { .. }
+                | ModelError::NoLmHead { .. }
+                | ModelError::BadDim { .. }
+                | ModelError::VocabMismatch { .. }
+                | ModelError::ContextTooLarge { .. }
+        )
+    }
+}
+
+fn gib(bytes: u128) -> f64 {
+    bytes as f64 / f64::from(1u32 << 30)
 }
 
 #[cfg(test)]

@@ -71,13 +71,7 @@ fn check_against(
     let addressable = u128::from(isize::MAX as u64);
     let limit = limit.unwrap_or(addressable).min(addressable);
     if need > limit {
-        let gib = |b: u128| b as f64 / f64::from(1u32 << 30);
-        return Err(ModelError::Input(format!(
-            "a context of {n_ctx} tokens needs {:.1} GiB for its KV cache and buffers, more than the {:.1} GiB \
-             this machine has: lower --ctx",
-            gib(need),
-            gib(limit)
-        )));
+        return Err(ModelError::ContextTooLarge { n_ctx, need, limit });
     }
     Ok(())
 }

@@ -25,6 +25,7 @@ use lamina_kernels::pool::{Span, ThreadPool, rows2};
 
 use crate::ModelError;
 use crate::hparams::{Arch, HParams, Window};
+use crate::load::LoadOptions;
 use crate::tokenizer::Tokenizer;
 use crate::weights::{Linear, Loader, Store, forward_many, store_panels};
 
@@ -92,45 +93,15 @@ impl std::fmt::Debug for Model {
 }
 
 impl Model {
-    /// Opens a GGUF file (mapped) and checks every tensor the architecture needs.
+    /// Opens a GGUF file (mapped) and checks every tensor the architecture
+    /// needs; [`LoadOptions`] offers the other choices.
     pub fn open(path: impl AsRef<std::path::Path>) -> Result<Model, ModelError> {
-        Model::open_with(path, Load::Map)
-    }
-
-    /// [`Model::open`] with the file's bytes brought in as `load` says.
-    pub fn open_with(path: impl AsRef<std::path::Path>, load: Load) -> Result<Model, ModelError> {
-        Model::load(open_file(path, load)?)
-    }
-
-    /// [`Model::open_with`], storing matrices as panels if `panels` (where
-    /// the ISA has them), whatever the architecture: for a process that loads
-    /// an embedding model once and serves it ([`Model::load_as`]).
-    pub fn open_as(
-        path: impl AsRef<std::path::Path>,
-        load: Load,
-        panels: bool,
-    ) -> Result<Model, ModelError> {
-        Model::load_with(open_file(path, load)?, |_| panels && !panels_off())
-    }
-
-    /// Loads a parsed file. A generation model's matrices are stored as
-    /// panels where the ISA has them: generation streams every matrix once a
-    /// token. An embedding model keeps the file's rows: a one-shot embedding
-    /// would pay the rewrite at every start. `LAMINA_PANELS=0` keeps the rows
-    /// of any model.
-    pub fn load(file: Gguf) -> Result<Model, ModelError> {
-        Model::load_with(file, |hp| hp.arch != Arch::GemmaEmbedding && !panels_off())
-    }
-
-    /// [`Model::load`], storing matrices as panels if `panels` (and the ISA
-    /// has them): either way the same results, bit for bit.
-    pub fn load_as(file: Gguf, panels: bool) -> Result<Model, ModelError> {
-        Model::load_with(file, |_| panels)
+        LoadOptions::new().open(path)
     }
 
     /// Loads `file`, storing matrices as panels if `panels` says so for its
     /// hyper-parameters.
-    fn load_with(
+    pub(crate) fn load_with(
         mut file: Gguf,
         panels: impl FnOnce(&HParams) -> bool,
     ) -> Result<Model, ModelError> {
@@ -187,9 +158,7 @@ impl Model {
                 }
             }
             if width != d {
-                return Err(ModelError::Unsupported(format!(
-                    "dense head ends at width {width}, not n_embd {d}"
-                )));
+                return Err(ModelError::DenseHead { width, n_embd: d });
             }
         }
         let output_norm = ld.vector("output_norm.weight", d)?;
@@ -247,11 +216,10 @@ impl Model {
     /// matrix with extra rows is fine: models pad their vocabulary).
     pub fn check_tokenizer(&self, tok: &Tokenizer) -> Result<(), ModelError> {
         if tok.n_vocab() > self.hp.n_vocab {
-            return Err(ModelError::Input(format!(
-                "the tokenizer has {} tokens but the model's embedding matrix only {} rows",
-                tok.n_vocab(),
-                self.hp.n_vocab
-            )));
+            return Err(ModelError::VocabMismatch {
+                tokens: tok.n_vocab(),
+                rows: self.hp.n_vocab,
+            });
         }
         Ok(())
     }
@@ -716,32 +684,6 @@ impl Workspace {
     pub fn hidden(&self) -> &[f32] {
         &self.bufs.xn[..self.bufs.t * self.n_embd]
     }
-}
-
-fn open_file(path: impl AsRef<std::path::Path>, load: Load) -> Result<Gguf, ModelError> {
-    Ok(match load {
-        Load::Map => Gguf::open(path)?,
-        Load::Read => Gguf::read(path)?,
-    })
-}
-
-/// Whether `LAMINA_PANELS=0` asks to keep every model's rows.
-fn panels_off() -> bool {
-    std::env::var_os("LAMINA_PANELS").is_some_and(|v| v == "0")
-}
-
-/// How a model file's bytes come into memory.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Load {
-    /// Mapped ([`Gguf::open`]): nothing is read until used, and processes
-    /// share the page cache.
-    #[default]
-    Map,
-    /// Read into anonymous memory on 2 MiB pages ([`Gguf::read`]): decoding,
-    /// which streams every weight once a token, then runs at the same speed
-    /// whatever pages the file's page cache happens to hold (a file just
-    /// written or downloaded stays in 4 KiB pages however it is mapped).
-    Read,
 }
 
 /// Keys and values of past positions, per layer, for one sequence.

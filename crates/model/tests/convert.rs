@@ -6,12 +6,9 @@ use std::path::{Path, PathBuf};
 
 use lamina_gguf::{GgmlType, Gguf, Value, ValueType};
 use lamina_model::convert::{ConvertOptions, OutType, Progress, convert};
+use lamina_testkit::models_dir;
 use serde_json::{Value as Json, json};
 use sha2::{Digest, Sha256};
-
-fn models_dir() -> PathBuf {
-    lamina_gguf::models_dir()
-}
 
 /// The EmbeddingGemma checkpoint folder; fails (never skips) when missing.
 fn embeddinggemma_dir() -> PathBuf {

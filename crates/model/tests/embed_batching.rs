@@ -8,6 +8,7 @@
 mod common;
 
 use lamina_kernels::pool::Rayon;
+use lamina_model::LoadOptions;
 use lamina_model::embed::{EmbedOptions, Embedder};
 
 const WORDS: &[&str] = &[
@@ -141,11 +142,8 @@ fn stored_panels_give_the_rows_vectors() {
     if !common::panels_stored_here(ty, "stored_panels_give_the_rows_vectors") {
         return;
     }
-    let load = lamina_model::Load::Map;
-    let mut rows =
-        Embedder::new(lamina_model::Model::open_as(&path, load, false).unwrap()).unwrap();
-    let mut panels =
-        Embedder::new(lamina_model::Model::open_as(&path, load, true).unwrap()).unwrap();
+    let mut rows = Embedder::new(LoadOptions::new().panels(false).open(&path).unwrap()).unwrap();
+    let mut panels = Embedder::new(LoadOptions::new().panels(true).open(&path).unwrap()).unwrap();
     let texts = texts();
     let refs: Vec<&str> = texts.iter().take(24).map(String::as_str).collect();
     let opts = EmbedOptions::default();

@@ -24,7 +24,7 @@ use common::{Gold, gold, gold_model, load, prompt_text, prompts, required};
 use lamina_kernels::pool::Rayon;
 use lamina_model::generate::{GenerateOptions, Session, StopReason};
 use lamina_model::sampling::{Sampler, SamplerParams, argmax};
-use lamina_model::{KvType, Model};
+use lamina_model::{KvType, LoadOptions, Model};
 
 /// Figures of one prompt's teacher-forced run.
 #[derive(Default, Debug)]
@@ -281,8 +281,14 @@ fn stored_panels_match_the_files_rows() {
         "gemma-3-270m-Q4_K_M.gguf",
     ] {
         let path = required(name);
-        let rows = Model::load_as(lamina_gguf::Gguf::open(&path).unwrap(), false).unwrap();
-        let panels = Model::load_as(lamina_gguf::Gguf::open(&path).unwrap(), true).unwrap();
+        let rows = LoadOptions::new()
+            .panels(false)
+            .open_gguf(lamina_gguf::Gguf::open(&path).unwrap())
+            .unwrap();
+        let panels = LoadOptions::new()
+            .panels(true)
+            .open_gguf(lamina_gguf::Gguf::open(&path).unwrap())
+            .unwrap();
         let tok = lamina_model::tokenizer::Tokenizer::from_gguf(&rows.file).unwrap();
         let long = tok.encode(
             "Stored panels hold sixteen rows per vector, so every batch and every \
@@ -332,8 +338,8 @@ fn a_model_read_into_memory_matches_the_mapped_file() {
         g_mapped.as_bytes() == g_read.as_bytes(),
         "read bytes differ from the file's"
     );
-    let mapped = Model::load(g_mapped).unwrap();
-    let read = Model::load(g_read).unwrap();
+    let mapped = LoadOptions::new().open_gguf(g_mapped).unwrap();
+    let read = LoadOptions::new().open_gguf(g_read).unwrap();
     let tok = lamina_model::tokenizer::Tokenizer::from_gguf(&read.file).unwrap();
     let ids = tok.encode("The capital of France is", true, true);
     let mut logits = Vec::new();
@@ -343,5 +349,10 @@ fn a_model_read_into_memory_matches_the_mapped_file() {
         logits.push(session.logits().unwrap().to_vec());
     }
     assert_eq!(logits[0], logits[1]);
-    assert!(Model::open_with(path.with_extension("missing"), lamina_model::Load::Read).is_err());
+    assert!(
+        LoadOptions::new()
+            .load(lamina_model::Load::Read)
+            .open(path.with_extension("missing"))
+            .is_err()
+    );
 }

@@ -142,7 +142,10 @@ fn huge_contexts_are_refused_before_allocating() {
         for kv in [KvType::F16, KvType::F32] {
             let err = Session::new(&model, &tok, n_ctx, kv).unwrap_err();
             match &err {
-                ModelError::Input(m) => assert!(m.contains("lower --ctx"), "{m}"),
+                ModelError::ContextTooLarge { n_ctx: n, .. } => {
+                    assert_eq!(*n, n_ctx);
+                    assert!(err.to_string().contains("lower --ctx"), "{err}");
+                }
                 other => panic!("want a refusal, got {other:?}"),
             }
             let err = Session::with_batch(&model, &tok, n_ctx, kv, usize::MAX).unwrap_err();

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use lamina_gguf::Gguf;
-use lamina_model::quantize::{Target, quantize_file};
+use lamina_model::requantize::{Target, quantize_file};
 use sha2::{Digest, Sha256};
 
 fn gold_dir() -> PathBuf {
@@ -77,7 +77,7 @@ fn check_tensors(out: &Path, list: &Path, label: &str) -> usize {
 
 #[test]
 fn output_is_byte_identical_to_llama_quantize() {
-    let dir = lamina_gguf::models_dir();
+    let dir = lamina_testkit::models_dir();
     let out_dir = tempfile::tempdir().unwrap();
     let mut checked = 0;
     for (input, target, want) in gold() {

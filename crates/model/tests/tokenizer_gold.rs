@@ -7,22 +7,12 @@ use std::path::PathBuf;
 
 use lamina_gguf::Gguf;
 use lamina_model::tokenizer::{StreamDecoder, Tokenizer};
+use lamina_testkit::required as model;
 use proptest::prelude::*;
 use serde_json::Value;
 
 const GEMMA: &str = "gemma-3-270m-Q4_K_M.gguf";
 const SMOLLM: &str = "SmolLM2-135M-Instruct-Q4_1.gguf";
-
-fn model(name: &str) -> PathBuf {
-    let dir = lamina_gguf::models_dir();
-    let path = dir.join(name);
-    assert!(
-        path.exists(),
-        "model {} is missing: run `cargo xtask models` (or set LAMINA_MODELS)",
-        path.display()
-    );
-    path
-}
 
 fn tokenizer(name: &str) -> Tokenizer {
     let g = Gguf::open(model(name)).expect("open model");

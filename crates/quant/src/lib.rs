@@ -49,6 +49,7 @@ pub use lamina_gguf::GgmlType;
 
 /// A failure to decode or encode tensor data.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum QuantError {
     /// A type this crate does not compute (IQ*, TQ*, MXFP4, integer types), in a named tensor.
     #[error("unsupported tensor type {ty} in {tensor}")]

@@ -147,7 +147,7 @@ pub fn from_model(e: &lamina_model::ModelError) -> ApiError {
         M::ContextExceeded { .. } => {
             ApiError::invalid(e.to_string()).code("context_length_exceeded")
         }
-        M::Input(_) | M::BadToken { .. } => ApiError::invalid(e.to_string()),
+        _ if e.is_input() => ApiError::invalid(e.to_string()),
         _ => {
             // The detail may name files, tensors or kernels: it goes to the
             // log, not to the client.

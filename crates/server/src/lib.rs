@@ -47,7 +47,7 @@ use std::time::Duration;
 use lamina_model::chat::ChatTemplate;
 use lamina_model::embed::Embedder;
 use lamina_model::tokenizer::Tokenizer;
-use lamina_model::{KvType, Load, Model};
+use lamina_model::{KvType, LoadOptions};
 
 pub use error::{ApiError, ServeError};
 use metrics::Metrics;
@@ -83,8 +83,10 @@ pub struct ServeConfig {
     /// Most inputs in one embeddings request.
     pub max_inputs: usize,
     pub kv: KvType,
-    /// How model files come into memory.
-    pub load: Load,
+    /// How model files are loaded. Default: mapped, and every model's
+    /// matrices stored as panels where the ISA has them (a served model is
+    /// loaded once, so embedding models too pay the rewrite only at start).
+    pub load: LoadOptions,
     /// Time a client has to send a request head; also the longest an idle
     /// keep-alive connection waits for its next request.
     pub header_timeout: Duration,
@@ -125,7 +127,7 @@ impl Default for ServeConfig {
             max_body: 8 << 20,
             max_inputs: 2048,
             kv: KvType::F16,
-            load: Load::Map,
+            load: LoadOptions::new().panels(true),
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
             write_timeout: Duration::from_secs(60),
@@ -290,9 +292,7 @@ impl Server {
                 path: path.display().to_string(),
                 source,
             };
-            // A served model is loaded once: embedding models too are stored
-            // as panels where the ISA has them.
-            let model = Model::open_as(path, cfg.load, true).map_err(model_err)?;
+            let model = cfg.load.open(path).map_err(model_err)?;
             if model.has_lm_head() {
                 let tok = Tokenizer::from_gguf(&model.file).map_err(|e| model_err(e.into()))?;
                 let template =

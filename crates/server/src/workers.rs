@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use lamina_kernels::pool::Rayon;
+use lamina_model::Rayon;
 use lamina_model::chat::ChatTemplate;
 use lamina_model::embed::{EmbedOptions, Embedder};
 use lamina_model::generate::{GenerateOptions, Session, StopReason};

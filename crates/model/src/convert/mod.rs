@@ -13,7 +13,7 @@ mod arch;
 pub mod floats;
 mod meta;
 mod source;
-pub mod spm;
+pub mod spm_proto;
 mod vocab;
 
 use std::io::{BufWriter, Write};
@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use lamina_gguf::{GgmlType, GgufBuilder, OwnedValue};
 
-use crate::quantize::Target;
+use crate::requantize::Target;
 
 pub use arch::Arch;
 use source::{Sources, TensorRef};
@@ -29,6 +29,7 @@ use source::{Sources, TensorRef};
 /// Errors from [`convert`]; each names what was wrong and, where it can,
 /// what to do about it.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     #[error("{path}: {source}")]
     Io {
@@ -220,7 +221,7 @@ pub fn convert(opts: &ConvertOptions, progress: &mut dyn FnMut(Progress<'_>)) ->
     write_file(&staged, builder, &jobs, &sources, progress)?;
     if let OutType::Quantized(target) = opts.out_type {
         // The staged f32 file is the quantizer's input; it is removed when dropped.
-        crate::quantize::quantize_file(staged.path(), &opts.output, target, &mut |i, n, name| {
+        crate::requantize::quantize_file(staged.path(), &opts.output, target, &mut |i, n, name| {
             progress(Progress::Quantize {
                 index: i,
                 total: n,

@@ -8,7 +8,7 @@ use lamina_gguf::{GgufBuilder, OwnedValue, ValueType};
 use serde_json::{Map, Value};
 
 use super::arch::{Arch, Model, read_json};
-use super::spm::{self, piece_type};
+use super::spm_proto::{self, piece_type};
 use super::{Error, Result, io_err};
 
 const NORMAL: i32 = 1;
@@ -120,7 +120,7 @@ fn sentencepiece(
 ) -> Result<usize> {
     let path = dir.join("tokenizer.model");
     let bytes = std::fs::read(&path).map_err(io_err(&path))?;
-    let sp = spm::parse(&bytes)?;
+    let sp = spm_proto::parse(&bytes)?;
     let vocab_size = model
         .vocab_size(&["vocab_size_per_layer_input", "vocab_size"])
         .filter(|&v| v > 0)

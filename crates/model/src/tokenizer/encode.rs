@@ -6,7 +6,7 @@ use aho_corasick::AhoCorasick;
 
 use super::special::{self, Fragment, Guard};
 use super::unicode::{BYTE_TO_CPT, push_utf8};
-use super::{Kind, Tokenizer, attr, bpe, pretok, spm};
+use super::{Kind, Tokenizer, attr, bpe, pretok, spm_merge};
 use crate::ModelError;
 
 /// SentencePiece's escaped space.
@@ -147,7 +147,7 @@ impl Tokenizer {
                                     buf.push(b);
                                 }
                             }
-                            spm::tokenize(
+                            spm_merge::tokenize(
                                 &self.tokens,
                                 &self.scores,
                                 &self.byte_token,
