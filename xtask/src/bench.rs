@@ -16,7 +16,7 @@
 //!   cache, as llama-bench's `-n` test does. tg128 also as GB/s of weights
 //!   read (the model's weight bytes per token × tokens/s) against the memory
 //!   bandwidth lamina's run measured before and after its tg runs
-//!   (`lamina_kernels::probe`'s read of 1 GiB, the best of them, the same
+//!   (`lamina_kernels::bandwidth`'s read of 1 GiB, the best of them, the same
 //!   denominator for both engines), judged only for models whose weights are
 //!   at least twice the last-level cache ([`crate::bench_rules`]).
 //!   Both engines run at their defaults (weights mapped from the file) with
@@ -26,6 +26,9 @@
 //! beyond the benchmark's own threads over half the cores) no headline table
 //! is printed and the command fails ([`crate::bench_rules::busy`]).
 //! * `kernels` — `cargo bench -p lamina-kernels`, passed through.
+//! * `criterion` — `cargo bench -p lamina-benches` (the end-to-end criterion
+//!   benches of `benches/`: embedding latency, pp512, tg), passed through;
+//!   not part of `all`, which measures the same workloads.
 //! * `serve` — `lamina serve` under load from `--clients` concurrent clients
 //!   for `--secs` seconds (see [`crate::serve`]); not part of `all`.
 //!
@@ -47,14 +50,9 @@ use crate::bench_rules::{self as rules, WARMUP_RUNS, load_average};
 use crate::llama_cpp::{self, llama_cpp_bin};
 use crate::{cargo, lamina_bin, models, run, target_dir};
 
-/// The short text of the seeds' protocol: 9 words, 12 tokens with BOS/EOS.
-pub(crate) const SHORT_TEXT: &str = "The quick brown fox jumps over the lazy dog.";
-/// The long text: 49 words (59 EmbeddingGemma tokens with BOS/EOS). Fixed:
-/// changing it changes every long-text figure.
-pub(crate) const LONG_TEXT: &str = "Embedding models map a passage of text onto a vector of 768 \
-numbers, so that passages with similar meaning end up close together. A search engine can then \
-compare a query with millions of stored documents, ranking them by cosine similarity instead of \
-matching exact keywords (one by one).";
+/// The short (9-word) and long (49-word) texts of the seeds' protocol,
+/// shared with the criterion benches in `benches/`.
+pub(crate) use lamina_testkit::texts::{LONG_TEXT, SHORT_TEXT};
 /// Texts per batch in the throughput figure.
 pub(crate) const BATCH: usize = 96;
 /// llama-embedding's context, batch and micro-batch for the batch figure: it
@@ -75,6 +73,8 @@ pub(crate) enum Workload {
     Embed,
     Generate,
     Kernels,
+    /// `cargo bench -p lamina-benches`; not part of `all`.
+    Criterion,
     /// `lamina serve` under load (see `crate::serve`); not part of `all`.
     Serve,
     All,
@@ -136,6 +136,9 @@ fn lamina_env() -> serde_json::Map<String, Value> {
 }
 
 pub(crate) fn run_cmd(args: Args) -> Result<()> {
+    if args.what == Workload::Criterion {
+        return run(cargo().args(["bench", "-p", "lamina-benches"]));
+    }
     if args.what == Workload::Serve {
         let threads = args
             .threads

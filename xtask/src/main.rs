@@ -15,7 +15,7 @@
 //! * `cargo xtask quickstart` fetches the default model and inspects it.
 //! * `cargo xtask llama-cpp [--force]` builds the reference llama.cpp tools
 //!   into `target/llama.cpp/` (see [`llama_cpp`]).
-//! * `cargo xtask bench [embed|generate|kernels|serve|all]` measures lamina and
+//! * `cargo xtask bench [embed|generate|kernels|criterion|serve|all]` measures lamina and
 //!   llama.cpp side by side (see [`bench`]).
 //! * `cargo xtask profile WORKLOAD` records a CPU profile (see [`profile`]).
 //! * `cargo xtask validate [--live] [--require-models] [--fast | --only CHECKS]` runs the
@@ -26,9 +26,6 @@ mod bench_rules;
 mod llama_cpp;
 mod models;
 mod profile;
-#[path = "../../testdata/require_models.rs"]
-#[allow(dead_code)] // the tests' helpers use the rest
-mod require_models;
 mod serve;
 mod tidy;
 mod validate;
@@ -38,6 +35,7 @@ use std::process::Command as Cmd;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use lamina_testkit as require_models;
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "Lamina project automation")]
@@ -57,7 +55,8 @@ enum Command {
         #[arg(long)]
         list: bool,
     },
-    /// Check the repository rules (layering, `unsafe` placement, SAFETY comments, ISA modules).
+    /// Check the repository rules (layering, `unsafe` placement, SAFETY comments, ISA modules,
+    /// library file length).
     Tidy,
     /// Run every test: fetch models, workspace tests, NEON (qemu) and AVX-512 (Miri) kernel tests.
     Test {

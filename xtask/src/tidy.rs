@@ -6,7 +6,9 @@
 //! `cargo xtask tidy`.
 //!
 //! * Layering: `gguf → quant → kernels → model → server → cli`; a crate may depend
-//!   only on crates before it (xtask, on top, is not constrained).
+//!   only on crates before it (xtask, on top, is not constrained). The test
+//!   support crate `lamina-testkit` depends on no lamina crate and is only
+//!   ever a dev-dependency.
 //! * `unsafe` appears only in `crates/quant`, `crates/kernels` and
 //!   `crates/gguf/src/mmap.rs`.
 //! * Every `unsafe {` block and `unsafe impl` has a `// SAFETY:` comment on
@@ -14,6 +16,8 @@
 //!   may sit in between).
 //! * Every `#[target_feature(enable = ...)]` function lives in a file or
 //!   inline module whose path names the ISA.
+//! * No library source file (`crates/*/src/**/*.rs`) is longer than
+//!   [`MAX_LIB_LINES`].
 //!
 //! Rust source is scanned with a small lexer that drops comments, string and
 //! character literals, so `unsafe` in a doc comment or a string is not code.
@@ -33,6 +37,13 @@ pub(crate) const LAYERS: [&str; 6] = [
     "lamina-server",
     "lamina-cli",
 ];
+
+/// The test and bench support crate: it may depend on no lamina crate, and
+/// the others list it only under dev-dependencies.
+pub(crate) const TEST_SUPPORT: &str = "lamina-testkit";
+
+/// The most lines a library source file may hold.
+pub(crate) const MAX_LIB_LINES: usize = 1_000;
 
 /// Where `unsafe` may appear: path prefixes relative to the workspace root.
 pub(crate) const UNSAFE_ALLOWED: [&str; 3] = [
@@ -108,7 +119,38 @@ pub(crate) fn check_repo(root: &Path) -> Result<Vec<Violation>> {
         violations.extend(check_safety_comments(path, &lexed));
         violations.extend(check_target_feature(path, &lexed));
     }
+    violations.extend(long_library_files(root)?);
     Ok(violations)
+}
+
+/// The library source files over [`MAX_LIB_LINES`], longest first.
+pub(crate) fn long_library_files(root: &Path) -> Result<Vec<Violation>> {
+    let mut sources = Vec::new();
+    collect_rs_files(root, &root.join("crates"), &mut sources)?;
+    let mut long = Vec::new();
+    for path in sources {
+        let lines = fs::read_to_string(root.join(&path))?.lines().count();
+        long.extend(check_length(&path, lines));
+    }
+    long.sort_by_key(|v| std::cmp::Reverse(v.line));
+    Ok(long)
+}
+
+/// A library source file (`crates/NAME/src/...`) of `lines` lines longer
+/// than [`MAX_LIB_LINES`]; the violation's line is the file's length.
+pub(crate) fn check_length(path: &str, lines: usize) -> Option<Violation> {
+    let mut parts = path.split('/');
+    let library = parts.next() == Some("crates")
+        && parts.next().is_some()
+        && parts.next() == Some("src")
+        && path.ends_with(".rs");
+    (library && lines > MAX_LIB_LINES).then(|| Violation {
+        file: path.to_owned(),
+        line: lines,
+        message: format!(
+            "{lines} lines: a library source file may hold at most {MAX_LIB_LINES}; split it by concern"
+        ),
+    })
 }
 
 fn rel(root: &Path, path: &Path) -> String {
@@ -144,6 +186,7 @@ pub(crate) fn check_layering(path: &str, manifest: &str) -> Vec<Violation> {
     let mut violations = Vec::new();
     let mut section = String::new();
     let mut name = None;
+    // (line, crate, whether in a dev-dependencies table).
     let mut deps = Vec::new();
     for (i, raw) in manifest.lines().enumerate() {
         let line = raw.split('#').next().unwrap_or("").trim();
@@ -157,7 +200,8 @@ pub(crate) fn check_layering(path: &str, manifest: &str) -> Vec<Violation> {
                 && table.ends_with("dependencies")
                 && dep.starts_with("lamina-")
             {
-                deps.push((i + 1, dep.trim_matches('"').to_owned()));
+                let dev = table.ends_with("dev-dependencies");
+                deps.push((i + 1, dep.trim_matches('"').to_owned(), dev));
             }
             continue;
         }
@@ -180,10 +224,11 @@ pub(crate) fn check_layering(path: &str, manifest: &str) -> Vec<Violation> {
                 .split_once("package")
                 .and_then(|(_, rest)| rest.split('"').nth(1))
                 .filter(|p| p.starts_with("lamina-"));
+            let dev = section.ends_with("dev-dependencies");
             if let Some(dep) = renamed {
-                deps.push((i + 1, dep.to_owned()));
+                deps.push((i + 1, dep.to_owned(), dev));
             } else if dep_key.starts_with("lamina-") {
-                deps.push((i + 1, dep_key.to_owned()));
+                deps.push((i + 1, dep_key.to_owned(), dev));
             }
         }
     }
@@ -195,6 +240,18 @@ pub(crate) fn check_layering(path: &str, manifest: &str) -> Vec<Violation> {
         });
         return violations;
     };
+    if name == TEST_SUPPORT {
+        for (line, dep, _) in deps {
+            violations.push(Violation {
+                file: path.to_owned(),
+                line,
+                message: format!(
+                    "{TEST_SUPPORT} may depend on no lamina crate (each has it as a dev-dependency), not on {dep}"
+                ),
+            });
+        }
+        return violations;
+    }
     let Some(layer) = LAYERS.iter().position(|l| *l == name) else {
         violations.push(Violation {
             file: path.to_owned(),
@@ -203,7 +260,17 @@ pub(crate) fn check_layering(path: &str, manifest: &str) -> Vec<Violation> {
         });
         return violations;
     };
-    for (line, dep) in deps {
+    for (line, dep, dev) in deps {
+        if dep == TEST_SUPPORT {
+            if !dev {
+                violations.push(Violation {
+                    file: path.to_owned(),
+                    line,
+                    message: format!("{name} may have {TEST_SUPPORT} only as a dev-dependency"),
+                });
+            }
+            continue;
+        }
         let ok = LAYERS
             .iter()
             .position(|l| *l == dep)
@@ -609,6 +676,66 @@ path = "../model"
         assert_eq!(lines(&v), vec![7, 10, 13, 15], "{v:?}");
         assert!(v[0].message.contains("lamina-kernels"));
         assert!(v[0].to_string().starts_with("crates/quant/Cargo.toml:7:"));
+    }
+
+    #[test]
+    fn test_support_is_a_leaf_and_only_a_dev_dependency() {
+        let manifest = r#"
+[package]
+name = "lamina-model"
+
+[dependencies]
+lamina-testkit.workspace = true
+
+[dev-dependencies]
+lamina-testkit.workspace = true
+
+[target.'cfg(unix)'.dev-dependencies]
+lamina-testkit = { path = "../testkit" }
+"#;
+        let v = check_layering("crates/model/Cargo.toml", manifest);
+        assert_eq!(lines(&v), vec![6], "{v:?}");
+        assert!(v[0].message.contains("only as a dev-dependency"));
+        let kit = "[package]\nname = \"lamina-testkit\"\n[dev-dependencies]\nlamina-gguf.workspace = true\n";
+        let v = check_layering("crates/testkit/Cargo.toml", kit);
+        assert_eq!(lines(&v), vec![4], "{v:?}");
+        assert!(v[0].message.contains("no lamina crate"));
+        let kit = "[package]\nname = \"lamina-testkit\"\n[dependencies]\nserde = \"1\"\n";
+        assert_eq!(check_layering("crates/testkit/Cargo.toml", kit), vec![]);
+    }
+
+    #[test]
+    fn library_files_over_the_limit_are_reported() {
+        let v = check_length("crates/kernels/src/x86_64/avx2.rs", MAX_LIB_LINES + 1).unwrap();
+        assert_eq!(v.line, MAX_LIB_LINES + 1);
+        assert!(
+            v.to_string()
+                .starts_with("crates/kernels/src/x86_64/avx2.rs:1001: 1001 lines")
+        );
+        assert_eq!(
+            check_length("crates/kernels/src/lib.rs", MAX_LIB_LINES),
+            None
+        );
+        // Tests, benches and tools are not library source.
+        for path in [
+            "crates/model/tests/generate_gold.rs",
+            "crates/kernels/benches/kernels.rs",
+            "xtask/src/bench.rs",
+            "benches/embed.rs",
+        ] {
+            assert_eq!(check_length(path, 5_000), None, "{path}");
+        }
+    }
+
+    #[test]
+    fn the_long_file_scan_sees_the_library_sources() {
+        let root = crate::workspace_root();
+        let long = long_library_files(&root).unwrap();
+        assert!(
+            long.iter()
+                .all(|v| v.file.starts_with("crates/") && v.line > MAX_LIB_LINES)
+        );
+        assert!(long.windows(2).all(|w| w[0].line >= w[1].line));
     }
 
     #[test]

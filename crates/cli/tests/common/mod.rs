@@ -1,28 +1,14 @@
 //! What the CLI tests share: the built binary, the models directory and the
 //! checks on its exit.
-#![allow(dead_code)] // each test file uses its own subset
+#![allow(dead_code, unused_imports)] // each test file uses its own subset
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
-#[path = "../../../../testdata/require_models.rs"]
-mod require_models;
-
 /// A model file, or `None` after saying the test skipped; under `cargo xtask
 /// test` (`LAMINA_REQUIRE_MODELS`) a missing file fails the test instead.
-pub fn model(name: &str) -> Option<PathBuf> {
-    let path = lamina_gguf::models_dir().join(name);
-    if path.is_file() {
-        Some(path)
-    } else {
-        require_models::skip_or_fail(&format!(
-            "{} is missing (`cargo xtask models` makes it; LAMINA_MODELS overrides the folder)",
-            path.display()
-        ));
-        None
-    }
-}
+pub use lamina_testkit::present as model;
 
 pub fn testdata(dir: &str, file: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -1,5 +1,5 @@
 //! Shared by the model tests: model files and the llama.cpp gold.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)] // each test file uses its own subset
 
 use std::path::{Path, PathBuf};
 
@@ -7,56 +7,12 @@ use lamina_model::Model;
 use lamina_model::tokenizer::Tokenizer;
 use sha2::{Digest, Sha256};
 
-#[path = "../../../../testdata/require_models.rs"]
-mod require_models;
-pub use require_models::{say_skipped, skip_or_fail};
+pub use lamina_testkit::{embedding_model, present, required, say_skipped, skip_or_fail};
 
 pub fn testdata(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../testdata/generate")
         .join(rel)
-}
-
-/// A model `cargo xtask models` fetches: the test fails when it is missing.
-pub fn required(name: &str) -> PathBuf {
-    let p = lamina_gguf::models_dir().join(name);
-    assert!(
-        p.is_file(),
-        "model {} is missing: run `cargo xtask models` (or set LAMINA_MODELS)",
-        p.display()
-    );
-    p
-}
-
-/// An EmbeddingGemma GGUF (Q8_0, else F32) from `cargo xtask models`, or
-/// `None` after [`skip_or_fail`] (which fails the test under `cargo xtask test`).
-pub fn embedding_model() -> Option<PathBuf> {
-    let dir = lamina_gguf::models_dir();
-    let found = ["Q8_0", "F32"]
-        .iter()
-        .map(|q| dir.join(format!("embeddinggemma-300m-{q}.gguf")))
-        .find(|p| p.is_file());
-    if found.is_none() {
-        skip_or_fail(&format!(
-            "no embeddinggemma-300m-{{Q8_0,F32}}.gguf in {} (`cargo xtask models` makes them; LAMINA_MODELS overrides the folder)",
-            dir.display()
-        ));
-    }
-    found
-}
-
-/// A file of the models directory, or `None` after [`skip_or_fail`].
-pub fn present(name: &str) -> Option<PathBuf> {
-    let p = lamina_gguf::models_dir().join(name);
-    if p.is_file() {
-        Some(p)
-    } else {
-        skip_or_fail(&format!(
-            "{} is missing (`cargo xtask models` makes it; LAMINA_MODELS overrides the folder)",
-            p.display()
-        ));
-        None
-    }
 }
 
 /// The hex SHA-256 of a file.

@@ -1,24 +1,10 @@
 //! Helpers shared by the integration tests.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)] // each test file uses its own subset
 
 use std::path::PathBuf;
 
-/// The directory holding the test models: `$LAMINA_MODELS`, else `~/.cache/lamina/models`.
-pub fn models_dir() -> PathBuf {
-    lamina_gguf::models_dir()
-}
-
 /// The path of a test model. A missing model fails the test (never skips it).
-pub fn model(name: &str) -> PathBuf {
-    let path = models_dir().join(name);
-    assert!(
-        path.is_file(),
-        "test model {} is missing; run `cargo xtask models` to download the test models \
-         (or point LAMINA_MODELS at a directory holding {name})",
-        path.display()
-    );
-    path
-}
+pub use lamina_testkit::required as model;
 
 /// Decodes a hex string.
 pub fn unhex(s: &str) -> Vec<u8> {

@@ -1,7 +1,7 @@
 //! Shared by the server tests: finding the models, starting a server on an
 //! ephemeral loopback port, and a small HTTP/1.1 client over `TcpStream`
 //! (raw, so tests can send malformed requests and drop connections).
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)] // each test file uses its own subset
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -11,26 +11,10 @@ use std::time::Duration;
 use lamina_server::{Running, ServeConfig};
 use serde_json::Value;
 
-#[path = "../../../../testdata/require_models.rs"]
-mod require_models;
-
 /// The first of `names` present in the models directory, or `None` after
 /// saying the test skipped; under `cargo xtask test`
 /// (`LAMINA_REQUIRE_MODELS`) a missing model fails the test instead.
-pub fn model(names: &[&str]) -> Option<PathBuf> {
-    let dir = lamina_gguf::models_dir();
-    for n in names {
-        let p = dir.join(n);
-        if p.is_file() {
-            return Some(p);
-        }
-    }
-    require_models::skip_or_fail(&format!(
-        "none of {names:?} is in {} (`cargo xtask models` makes them; LAMINA_MODELS overrides the folder)",
-        dir.display()
-    ));
-    None
-}
+pub use lamina_testkit::first_present as model;
 
 pub fn embed_model() -> Option<PathBuf> {
     model(&["embeddinggemma-300m-Q8_0.gguf"])
