@@ -88,7 +88,7 @@ pub(crate) struct Args {
     /// Threads for both engines (default: all cores).
     #[arg(short, long)]
     threads: Option<usize>,
-    /// Also write every sample to target/bench/<timestamp>.json.
+    /// Also write every sample to `target/bench/<timestamp>.json`.
     #[arg(long)]
     json: bool,
     /// Model file or name in the models directory (default: EmbeddingGemma

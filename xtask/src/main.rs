@@ -16,7 +16,7 @@
 //! * `cargo xtask llama-cpp [--force]` builds the reference llama.cpp tools
 //!   into `target/llama.cpp/` (see [`llama_cpp`]).
 //! * `cargo xtask bench [embed|generate|kernels|criterion|serve|all]` measures lamina and
-//!   llama.cpp side by side (see [`bench`]).
+//!   llama.cpp side by side (see [`bench`](mod@bench)).
 //! * `cargo xtask profile WORKLOAD` records a CPU profile (see [`profile`]).
 //! * `cargo xtask validate [--live] [--require-models] [--fast | --only CHECKS]` runs the
 //!   fidelity checks against llama.cpp's gold (see [`validate`]).

@@ -4,8 +4,8 @@
 //! Two vocabulary types are implemented: SentencePiece (`tokenizer.ggml.model
 //! = "llama"`, e.g. Gemma) and byte-level BPE (`"gpt2"`, e.g. SmolLM2, Llama 3,
 //! Qwen2). The pipeline is llama.cpp's: special tokens are cut out of the raw
-//! text first ([`special`]), then each text fragment goes through the
-//! model's tokenizer ([`spm_merge`], or [`pretok`] + [`bpe`]). Loading follows
+//! text first (`special`), then each text fragment goes through the
+//! model's tokenizer (`spm_merge`, or `pretok` + `bpe`). Loading follows
 //! `llama_vocab::impl::load`, including its defaults and its name-based
 //! fix-ups of token attributes, because those decide which tokens split the
 //! text.
