@@ -27,6 +27,12 @@ COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 MODELS_OUT = [
     ("gemma-3-270m-Q4_K_M.gguf", "gold-gemma3.json"),
     ("SmolLM2-135M-Instruct-Q4_1.gguf", "gold-smollm2.json"),
+    # llama.cpp's own vocab-only files (models/ in its source tree), which
+    # `cargo xtask models` extracts from the same llama-cpp-python sdist.
+    ("ggml-vocab-llama-bpe.gguf", "gold-llama-bpe.json"),
+    ("ggml-vocab-qwen2.gguf", "gold-qwen2.json"),
+    ("ggml-vocab-phi-3.gguf", "gold-phi-3.json"),
+    ("ggml-vocab-llama-spm.gguf", "gold-llama-spm.json"),
 ]
 # name -> extra flags; "bos" means llama-tokenize's default, which passes
 # add_special = the model's add_bos_token.
@@ -47,10 +53,13 @@ def tokenize(model, path, flags):
 
 
 def main():
+    only = os.environ.get("ONLY")
     corpus = json.load(open(os.path.join(HERE, "corpus.json"), encoding="utf-8"))
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "prompt.txt")
         for model_file, out_name in MODELS_OUT:
+            if only and only not in out_name:
+                continue
             model = os.path.join(MODELS, model_file)
             cases = []
             for text in corpus:

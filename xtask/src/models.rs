@@ -16,6 +16,9 @@
 //! `.NAME.verified` records size, mtime and SHA-256 of each file; later runs
 //! trust a file whose size and mtime still match its stamp instead of hashing
 //! it again.
+//!
+//! llama.cpp's vocabulary-only GGUFs come from its source package instead
+//! ([`vocab`]), pinned the same way.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -27,6 +30,8 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 use anyhow::{Context, Result, bail, ensure};
 use indicatif::{ProgressBar, ProgressStyle};
 use sha2::{Digest, Sha256};
+
+mod vocab;
 
 /// One pinned output file, its path relative to the models directory.
 struct Pinned {
@@ -288,6 +293,7 @@ pub(crate) fn list(dir: &Path) -> Result<()> {
         };
         println!("  {:<36} {:>15} bytes  {state}", model.name, group(total));
     }
+    vocab::list(dir);
     Ok(())
 }
 
@@ -315,6 +321,7 @@ pub(crate) fn fetch_all(dir: &Path) -> Result<()> {
         Stamp::write(dir, model, &hashes)?;
         report(dir, model)?;
     }
+    vocab::fetch(dir)?;
     produce_derived_models(dir)?;
     eprintln!("done in {:.1?}", start.elapsed());
     Ok(())

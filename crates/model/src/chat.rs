@@ -3,8 +3,14 @@
 //! `transformers` renders it: `trim_blocks` and `lstrip_blocks` on, loop
 //! controls, `raise_exception`, `strftime_now`, a Python-style `tojson`, and
 //! Python string and dict methods (`.strip()`, `.startswith()`, `.items()`,
-//! …). The variables are `messages`, `add_generation_prompt`, `bos_token`
-//! and `eos_token`.
+//! …). The variables are llama.cpp's: `messages`, `bos_token`, `eos_token`,
+//! `enable_thinking` (true), `date_string` and `datetime` (today, as
+//! "26 Jul 2024" and "Jul 26 2024"), and `add_generation_prompt` (defined
+//! only when true). Times are UTC where llama.cpp uses the local zone.
+//!
+//! As llama.cpp does, a template that ignores a system message (Gemma 2's
+//! raises an error instead) gets the system text merged into the next
+//! message, joined by a newline.
 //!
 //! A file without a template gets a built-in one: Gemma's for the Gemma
 //! family, ChatML otherwise (llama.cpp's fallback).
@@ -13,14 +19,16 @@
 //! removed when the tokenizer adds BOS itself, so the prompt is tokenized
 //! with `add_special` and `parse_special` and has exactly one BOS.
 
+mod funcs;
 mod tokens;
 
 use std::io;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use lamina_gguf::Gguf;
-use minijinja::value::{Kwargs, Value};
-use minijinja::{Environment, Error, ErrorKind};
+use minijinja::value::Value;
+use minijinja::{Environment, ErrorKind};
+
+use funcs::{now_secs, raise_exception, strftime, tojson};
 
 use crate::ModelError;
 use crate::hparams::Arch;
@@ -116,6 +124,11 @@ pub struct ChatTemplate {
     bos: String,
     eos: String,
     strip_bos: bool,
+    strip_eos: bool,
+    /// The clock templates see (seconds since the Unix epoch); `None` is now.
+    clock: Option<u64>,
+    /// Whether the template renders a leading system message's content.
+    system_role: bool,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -186,13 +199,15 @@ impl ChatTemplate {
             id.map(|i| String::from_utf8_lossy(&tok.token_to_piece(i, true)).into_owned())
                 .unwrap_or_default()
         };
-        ChatTemplate::with_tokens(
+        let mut t = ChatTemplate::with_tokens(
             src,
             source,
             &text(tok.bos()),
             &text(tok.eos()),
             tok.add_bos(),
-        )
+        )?;
+        t.strip_eos = tok.add_eos();
+        Ok(t)
     }
 
     /// Compiles `src` with explicit BOS/EOS texts; `strip_bos` removes a
@@ -208,19 +223,57 @@ impl ChatTemplate {
         env.set_fuel(Some(TEMPLATE_FUEL));
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
+        // llama.cpp's engine lets a lookup on an undefined value give undefined
+        // (Gemma 2's `messages[0]['role']` on an empty conversation).
+        env.set_undefined_behavior(minijinja::UndefinedBehavior::Chainable);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
-        env.add_function("strftime_now", strftime_now);
+        env.add_function("strftime_now", |fmt: String| strftime(&fmt, now_secs()));
         env.add_filter("tojson", tojson);
         env.add_template_owned(NAME, src.to_string())
             .map_err(|e| ModelError::Input(format!("chat template does not compile: {e:#}")))?;
-        Ok(ChatTemplate {
+        let mut t = ChatTemplate {
             env,
             source,
             bos: bos.to_string(),
             eos: eos.to_string(),
             strip_bos,
-        })
+            strip_eos: false,
+            clock: None,
+            system_role: true,
+        };
+        t.system_role = t.renders_system_text();
+        Ok(t)
+    }
+
+    /// Removes a trailing EOS text from the output too (for tokenizers that
+    /// append their own EOS), as llama.cpp does.
+    pub fn strip_eos(mut self, yes: bool) -> ChatTemplate {
+        self.strip_eos = yes;
+        self
+    }
+
+    /// Fixes the clock that `strftime_now`, `date_string` and `datetime`
+    /// read (seconds since the Unix epoch, UTC), for reproducible prompts.
+    pub fn at_time(mut self, unix_secs: u64) -> ChatTemplate {
+        self.env
+            .add_function("strftime_now", move |fmt: String| strftime(&fmt, unix_secs));
+        self.clock = Some(unix_secs);
+        self.system_role = self.renders_system_text();
+        self
+    }
+
+    /// Whether a system message's content reaches the output of a system +
+    /// user conversation: llama.cpp's probe asks whether the content is read,
+    /// which for real templates is the same (Gemma 2's raises instead).
+    fn renders_system_text(&self) -> bool {
+        const PROBE: &str = "System message";
+        let msgs = [
+            Message::new("system", PROBE),
+            Message::new("user", "User message"),
+        ];
+        self.render_raw(&msgs, true)
+            .is_ok_and(|out| out.contains(PROBE))
     }
 
     /// The conversation as prompt text (ending with the assistant's turn
@@ -232,15 +285,40 @@ impl ChatTemplate {
         messages: &[Message],
         add_generation_prompt: bool,
     ) -> Result<String, ModelError> {
+        if self.system_role || messages.first().is_none_or(|m| m.role != "system") {
+            return self.render_raw(messages, add_generation_prompt);
+        }
+        // llama.cpp's workaround for templates without a system role.
+        let mut merged = messages[1..].to_vec();
+        if let Some(first) = merged.first_mut() {
+            first.content = format!("{}\n{}", messages[0].content, first.content);
+        }
+        self.render_raw(&merged, add_generation_prompt)
+    }
+
+    fn render_raw(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+    ) -> Result<String, ModelError> {
         let msgs: Vec<serde_json::Value> = messages
             .iter()
             .map(|m| serde_json::json!({"role": m.role, "content": m.content}))
             .collect();
+        let now = self.clock.unwrap_or_else(now_secs);
         let ctx = minijinja::context! {
             messages => Value::from_serialize(&msgs),
-            add_generation_prompt => add_generation_prompt,
             bos_token => self.bos.as_str(),
             eos_token => self.eos.as_str(),
+            enable_thinking => true,
+            date_string => strftime("%d %b %Y", now),
+            datetime => strftime("%b %d %Y", now),
+        };
+        // llama.cpp leaves the variable undefined rather than false.
+        let ctx = if add_generation_prompt {
+            minijinja::context! { add_generation_prompt => true, ..ctx }
+        } else {
+            ctx
         };
         let tmpl = self
             .env
@@ -273,173 +351,11 @@ impl ChatTemplate {
         if self.strip_bos && !self.bos.is_empty() && out.starts_with(&self.bos) {
             out.drain(..self.bos.len());
         }
+        if self.strip_eos && !self.eos.is_empty() && out.ends_with(&self.eos) {
+            out.truncate(out.len() - self.eos.len());
+        }
         Ok(out)
     }
-}
-
-fn raise_exception(msg: String) -> Result<Value, Error> {
-    Err(Error::new(ErrorKind::InvalidOperation, msg))
-}
-
-/// `strftime_now(format)`: the current UTC time; %d %m %Y %y %H %M %S %b %B
-/// %a %A %j and %% are understood, other directives are kept as they are.
-fn strftime_now(fmt: String) -> String {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    strftime(&fmt, secs)
-}
-
-fn strftime(fmt: &str, secs: u64) -> String {
-    const MONTHS: [&str; 12] = [
-        "January",
-        "February",
-        "March",
-        "April",
-        "May",
-        "June",
-        "July",
-        "August",
-        "September",
-        "October",
-        "November",
-        "December",
-    ];
-    const DAYS: [&str; 7] = [
-        "Thursday",
-        "Friday",
-        "Saturday",
-        "Sunday",
-        "Monday",
-        "Tuesday",
-        "Wednesday",
-    ];
-    let days = secs / 86_400;
-    let rem = secs % 86_400;
-    let (h, mi, s) = (rem / 3600, rem / 60 % 60, rem % 60);
-    // Howard Hinnant's civil_from_days.
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-    let cum = [0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334];
-    let yday = cum[(m - 1) as usize] + d + i64::from(leap && m > 2);
-    let month = MONTHS[(m - 1) as usize];
-    let day = DAYS[(days % 7) as usize];
-    let mut out = String::new();
-    let mut chars = fmt.chars();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('d') => out.push_str(&format!("{d:02}")),
-            Some('m') => out.push_str(&format!("{m:02}")),
-            Some('Y') => out.push_str(&y.to_string()),
-            Some('y') => out.push_str(&format!("{:02}", y % 100)),
-            Some('H') => out.push_str(&format!("{h:02}")),
-            Some('M') => out.push_str(&format!("{mi:02}")),
-            Some('S') => out.push_str(&format!("{s:02}")),
-            Some('j') => out.push_str(&format!("{yday:03}")),
-            Some('b') => out.push_str(&month[..3]),
-            Some('B') => out.push_str(month),
-            Some('a') => out.push_str(&day[..3]),
-            Some('A') => out.push_str(day),
-            Some('%') => out.push('%'),
-            Some(other) => {
-                out.push('%');
-                out.push(other);
-            }
-            None => out.push('%'),
-        }
-    }
-    out
-}
-
-/// Python's `json.dumps(x, ensure_ascii=False, indent=indent)`, as the
-/// `tojson` of `transformers`' template environment.
-fn tojson(value: &Value, kwargs: Kwargs) -> Result<Value, Error> {
-    let indent: Option<usize> = kwargs.get("indent")?;
-    // Accepted for compatibility; keys keep their order either way.
-    let _: Option<bool> = kwargs.get("sort_keys")?;
-    let _: Option<bool> = kwargs.get("ensure_ascii")?;
-    kwargs.assert_all_used()?;
-    let json = serde_json::to_value(value).map_err(|e| {
-        Error::new(ErrorKind::InvalidOperation, "cannot serialize to JSON").with_source(e)
-    })?;
-    let mut out = String::new();
-    py_json(&json, indent, 0, &mut out);
-    Ok(Value::from_safe_string(out))
-}
-
-fn py_json(v: &serde_json::Value, indent: Option<usize>, depth: usize, out: &mut String) {
-    use serde_json::Value as J;
-    let newline = |out: &mut String, depth: usize| {
-        if let Some(n) = indent {
-            out.push('\n');
-            out.push_str(&" ".repeat(n * depth));
-        }
-    };
-    let sep = if indent.is_some() { "," } else { ", " };
-    match v {
-        J::Null => out.push_str("null"),
-        J::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        J::Number(n) => out.push_str(&n.to_string()),
-        J::String(s) => py_str(s, out),
-        J::Array(a) if a.is_empty() => out.push_str("[]"),
-        J::Array(a) => {
-            out.push('[');
-            for (i, x) in a.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(sep);
-                }
-                newline(out, depth + 1);
-                py_json(x, indent, depth + 1, out);
-            }
-            newline(out, depth);
-            out.push(']');
-        }
-        J::Object(o) if o.is_empty() => out.push_str("{}"),
-        J::Object(o) => {
-            out.push('{');
-            for (i, (k, x)) in o.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(sep);
-                }
-                newline(out, depth + 1);
-                py_str(k, out);
-                out.push_str(": ");
-                py_json(x, indent, depth + 1, out);
-            }
-            newline(out, depth);
-            out.push('}');
-        }
-    }
-}
-
-fn py_str(s: &str, out: &mut String) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
 }
 
 #[cfg(test)]
@@ -488,6 +404,26 @@ mod tests {
     }
 
     #[test]
+    fn llama_cpp_conventions() {
+        // No system role: the system text joins the first message.
+        let src = "{% for m in messages %}{% if m.role != 'system' %}[{{ m.role }}:{{ m.content }}]{% endif %}{% endfor %}\
+                   {% if add_generation_prompt is defined %}+{% endif %}{{ date_string }}|{{ datetime }}|{{ enable_thinking }}{{ eos_token }}";
+        let t = ChatTemplate::with_tokens(src, TemplateSource::Custom, "<s>", "</s>", true)
+            .unwrap()
+            .strip_eos(true)
+            .at_time(1_741_944_600);
+        let msgs = [Message::new("system", "S"), Message::new("user", "U")];
+        assert_eq!(
+            t.render(&msgs, true).unwrap(),
+            "[user:S\nU]+14 Mar 2025|Mar 14 2025|True"
+        );
+        assert_eq!(
+            t.render(&msgs[1..], false).unwrap(),
+            "[user:U]14 Mar 2025|Mar 14 2025|True"
+        );
+    }
+
+    #[test]
     fn raise_exception_becomes_an_error() {
         let msgs = [Message::new("user", "a"), Message::new("user", "b")];
         let err = gemma().render(&msgs, true).unwrap_err().to_string();
@@ -515,15 +451,6 @@ mod tests {
             t.render(&[Message::new("user", "  é\"x  ")], false)
                 .unwrap(),
             "É\"X|True\n{\"role\": \"user\", \"content\": \"  é\\\"x  \"}"
-        );
-    }
-
-    #[test]
-    fn strftime_formats_dates() {
-        // 2024-07-26 13:05:09 UTC was a Friday, day 208 of a leap year.
-        assert_eq!(
-            strftime("%d %B %Y %H:%M:%S %a %j %b %y%%", 1_722_000_309),
-            "26 July 2024 13:25:09 Fri 208 Jul 24%"
         );
     }
 }

@@ -1,13 +1,15 @@
 //! The tokenizers against llama.cpp's own `llama-tokenize` (gold files in
 //! `testdata/tokenizer/`, made by `make_gold.py`), on the project's real
-//! models. A missing model fails the test with instructions; it is never
-//! skipped.
+//! models and on llama.cpp's vocabulary-only files of the families whose
+//! weights are not downloaded (Llama 3, Qwen 2.5/3, Phi-3, Llama 2/Mistral).
+//! A missing model fails the test with instructions; a missing vocabulary
+//! file skips its test unless `LAMINA_REQUIRE_MODELS` is set.
 
 use std::path::PathBuf;
 
 use lamina_gguf::Gguf;
 use lamina_model::tokenizer::{StreamDecoder, Tokenizer};
-use lamina_testkit::required as model;
+use lamina_testkit::{present, required as model};
 use proptest::prelude::*;
 use serde_json::Value;
 
@@ -15,8 +17,21 @@ const GEMMA: &str = "gemma-3-270m-Q4_K_M.gguf";
 const SMOLLM: &str = "SmolLM2-135M-Instruct-Q4_1.gguf";
 
 fn tokenizer(name: &str) -> Tokenizer {
-    let g = Gguf::open(model(name)).expect("open model");
+    tokenizer_at(&model(name))
+}
+
+fn tokenizer_at(path: &std::path::Path) -> Tokenizer {
+    let g = Gguf::open(path).expect("open model");
     Tokenizer::from_gguf(&g).expect("build tokenizer")
+}
+
+/// llama.cpp's vocab-only files (`cargo xtask models` extracts them from the
+/// pinned llama-cpp-python sdist); a missing one skips unless
+/// `LAMINA_REQUIRE_MODELS` is set.
+const VOCABS: [&str; 4] = ["llama-bpe", "qwen2", "phi-3", "llama-spm"];
+
+fn vocab(name: &str) -> Option<Tokenizer> {
+    present(&format!("ggml-vocab-{name}.gguf")).map(|p| tokenizer_at(&p))
 }
 
 fn testdata(file: &str) -> PathBuf {
@@ -33,7 +48,10 @@ fn corpus() -> Vec<String> {
 /// Compare every string x setting of a gold file; returns the number of
 /// comparisons and panics listing every mismatch.
 fn check_gold(model_name: &str, gold_file: &str) -> usize {
-    let tok = tokenizer(model_name);
+    check_gold_with(&tokenizer(model_name), model_name, gold_file)
+}
+
+fn check_gold_with(tok: &Tokenizer, model_name: &str, gold_file: &str) -> usize {
     let text = std::fs::read_to_string(testdata(gold_file)).expect("read gold file");
     let gold: Value = serde_json::from_str(&text).expect("parse gold file");
     assert_eq!(gold["model"], model_name);
@@ -88,6 +106,72 @@ fn gemma3_matches_llama_cpp() {
 #[test]
 fn smollm2_matches_llama_cpp() {
     assert_eq!(check_gold(SMOLLM, "gold-smollm2.json"), corpus().len() * 4);
+}
+
+fn check_vocab_gold(name: &str) {
+    if let Some(tok) = vocab(name) {
+        let file = format!("ggml-vocab-{name}.gguf");
+        let n = check_gold_with(&tok, &file, &format!("gold-{name}.json"));
+        assert_eq!(n, corpus().len() * 4);
+    }
+}
+
+/// Llama 3's vocabulary (byte-level BPE, pre-tokenizer `llama-bpe`).
+#[test]
+fn llama_bpe_matches_llama_cpp() {
+    check_vocab_gold("llama-bpe");
+}
+
+/// Qwen 2.5 / Qwen 3's vocabulary (byte-level BPE, pre-tokenizer `qwen2`).
+#[test]
+fn qwen2_matches_llama_cpp() {
+    check_vocab_gold("qwen2");
+}
+
+/// Phi-3's vocabulary: SentencePiece over Llama 2's 32k tokens plus
+/// chat tokens such as `<|user|>` and `<|endoftext|>`.
+#[test]
+fn phi3_matches_llama_cpp() {
+    check_vocab_gold("phi-3");
+}
+
+/// Llama 2 / Mistral 7B's SentencePiece vocabulary.
+#[test]
+fn llama_spm_matches_llama_cpp() {
+    check_vocab_gold("llama-spm");
+}
+
+/// llama.cpp's own test pairs shipped beside its vocab files
+/// (`ggml-vocab-NAME.gguf.inp` / `.out`, copied to `testdata/tokenizer/lcpp/`):
+/// each input is tokenized without BOS and with special-token parsing off, as
+/// its `test-tokenizer-0` does.
+#[test]
+fn llama_cpp_vocab_test_pairs() {
+    for name in VOCABS {
+        let Some(tok) = vocab(name) else { continue };
+        let dir = testdata("lcpp");
+        let inp = std::fs::read_to_string(dir.join(format!("ggml-vocab-{name}.gguf.inp")))
+            .expect("read .inp");
+        let out = std::fs::read_to_string(dir.join(format!("ggml-vocab-{name}.gguf.out")))
+            .expect("read .out");
+        // test-tokenizer-0 splits at the separator; a trailing one ends the list.
+        let sep = "\n__ggml_vocab_test__\n";
+        let inputs: Vec<&str> = inp.strip_suffix(sep).unwrap_or(&inp).split(sep).collect();
+        let outputs: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            inputs.len(),
+            outputs.len(),
+            "{name}: .inp and .out disagree"
+        );
+        for (text, want) in inputs.iter().zip(&outputs) {
+            let want: Vec<u32> = want
+                .split_whitespace()
+                .map(|t| t.parse().expect("token id"))
+                .collect();
+            let got = tok.encode(text, false, false);
+            assert_eq!(got, want, "{name}: {text:?}");
+        }
+    }
 }
 
 #[test]
