@@ -10,6 +10,9 @@ use lamina_model::convert::{self, ConvertOptions, OutType, Progress};
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The Hugging Face model folder (config.json, model*.safetensors, tokenizer files).
+    /// Architectures: LlamaForCausalLM (incl. Llama 3 rope scaling), MistralForCausalLM,
+    /// GraniteForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM (incl.
+    /// LongRoPE), Gemma2ForCausalLM, Gemma3ForCausalLM and Gemma3TextModel (EmbeddingGemma).
     pub input: PathBuf,
     /// The GGUF file to write (written to a temporary beside it, renamed when complete).
     pub output: PathBuf,

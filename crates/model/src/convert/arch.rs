@@ -1,6 +1,13 @@
 //! Architectures: which Hugging Face class becomes which GGUF architecture,
 //! the hyper-parameter metadata, and the tensor-name mapping, following
-//! `conversion/base.py`, `gemma.py` and `llama.py`.
+//! `conversion/base.py`; the per-family parts (`gemma.py`, `llama.py`,
+//! `granite.py`, `qwen.py`, `phi.py`) live in the submodules.
+
+mod gemma;
+mod llama;
+mod names;
+mod phi3;
+mod qwen;
 
 use std::path::Path;
 
@@ -18,8 +25,18 @@ pub enum Arch {
     GemmaEmbedding,
     /// `Gemma3ForCausalLM`.
     Gemma3,
-    /// `LlamaForCausalLM`.
+    /// `Gemma2ForCausalLM`.
+    Gemma2,
+    /// `LlamaForCausalLM` and `MistralForCausalLM`.
     Llama,
+    /// `GraniteForCausalLM`.
+    Granite,
+    /// `Qwen2ForCausalLM`.
+    Qwen2,
+    /// `Qwen3ForCausalLM`.
+    Qwen3,
+    /// `Phi3ForCausalLM`.
+    Phi3,
 }
 
 impl Arch {
@@ -28,7 +45,12 @@ impl Arch {
         match self {
             Arch::GemmaEmbedding => "gemma-embedding",
             Arch::Gemma3 => "gemma3",
+            Arch::Gemma2 => "gemma2",
             Arch::Llama => "llama",
+            Arch::Granite => "granite",
+            Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
+            Arch::Phi3 => "phi3",
         }
     }
 
@@ -37,13 +59,23 @@ impl Arch {
         match name {
             "Gemma3TextModel" => Some(Arch::GemmaEmbedding),
             "Gemma3ForCausalLM" => Some(Arch::Gemma3),
-            "LlamaForCausalLM" | "LLaMAForCausalLM" => Some(Arch::Llama),
+            "Gemma2ForCausalLM" => Some(Arch::Gemma2),
+            "LlamaForCausalLM" | "LLaMAForCausalLM" | "MistralForCausalLM" => Some(Arch::Llama),
+            "GraniteForCausalLM" => Some(Arch::Granite),
+            "Qwen2ForCausalLM" => Some(Arch::Qwen2),
+            "Qwen3ForCausalLM" => Some(Arch::Qwen3),
+            "Phi3ForCausalLM" => Some(Arch::Phi3),
             _ => None,
         }
     }
 
     fn is_gemma(self) -> bool {
-        matches!(self, Arch::GemmaEmbedding | Arch::Gemma3)
+        matches!(self, Arch::GemmaEmbedding | Arch::Gemma3 | Arch::Gemma2)
+    }
+
+    /// The classes converted by `LlamaModel` or a subclass of it (Q/K rotary permutation).
+    fn is_llama(self) -> bool {
+        matches!(self, Arch::Llama | Arch::Granite)
     }
 }
 
@@ -58,20 +90,22 @@ pub(crate) fn read_json(path: &Path) -> Result<Value> {
 /// A loaded model description.
 pub struct Model {
     pub arch: Arch,
+    /// `architectures[0]` of config.json (the Hugging Face class).
+    pub hf_arch: String,
     pub dir: std::path::PathBuf,
     /// config.json with `text_config` merged in and transformers' defaults filled.
     pub hparams: Map<String, Value>,
     /// config.json exactly as written.
-    raw_config: Map<String, Value>,
+    pub(super) raw_config: Map<String, Value>,
     pub block_count: u64,
     /// (module folder, tensor prefix) of each sentence-transformers Dense module.
     pub dense_modules: Vec<(String, String)>,
     /// (prefix, in, out) of each Dense module.
-    dense_dims: Vec<(String, u64, u64)>,
-    rope: Map<String, Value>,
+    pub(super) dense_dims: Vec<(String, u64, u64)>,
+    pub(super) rope: Map<String, Value>,
 }
 
-fn get_u64(h: &Map<String, Value>, key: &str) -> Option<u64> {
+pub(super) fn get_u64(h: &Map<String, Value>, key: &str) -> Option<u64> {
     let v = h.get(key)?;
     v.as_u64().or_else(|| {
         v.as_f64()
@@ -80,11 +114,11 @@ fn get_u64(h: &Map<String, Value>, key: &str) -> Option<u64> {
     })
 }
 
-fn find<'a>(h: &'a Map<String, Value>, keys: &[&str]) -> Option<&'a Value> {
+pub(super) fn find<'a>(h: &'a Map<String, Value>, keys: &[&str]) -> Option<&'a Value> {
     keys.iter().find_map(|k| h.get(*k)).filter(|v| !v.is_null())
 }
 
-fn need_u32(v: &Value, what: &str) -> Result<u32> {
+pub(super) fn need_u32(v: &Value, what: &str) -> Result<u32> {
     v.as_u64()
         .and_then(|n| u32::try_from(n).ok())
         .ok_or_else(|| {
@@ -94,7 +128,7 @@ fn need_u32(v: &Value, what: &str) -> Result<u32> {
         })
 }
 
-fn need_f32(v: &Value, what: &str) -> Result<f32> {
+pub(super) fn need_f32(v: &Value, what: &str) -> Result<f32> {
     v.as_f64()
         .map(|f| f as f32)
         .ok_or_else(|| Error::Config(format!("config.json: {what} must be a number, got {v}")))
@@ -137,8 +171,8 @@ impl Model {
                 cfg_path.display()
             ))
         })?;
-        let arch = Arch::from_hf(&hf_arch).ok_or(Error::UnknownArch(hf_arch))?;
-        fill_defaults(arch, &mut hparams);
+        let arch = Arch::from_hf(&hf_arch).ok_or_else(|| Error::UnknownArch(hf_arch.clone()))?;
+        fill_defaults(arch, &hf_arch, &mut hparams);
 
         let block_count = find(
             &hparams,
@@ -189,6 +223,16 @@ impl Model {
                 rope.insert("rope_type".into(), t);
             }
             if let (false, Some(v)) = (
+                rope.contains_key("partial_rotary_factor"),
+                find(
+                    &hparams,
+                    &["partial_rotary_factor", "rope_pct", "rope_percent"],
+                )
+                .cloned(),
+            ) {
+                rope.insert("partial_rotary_factor".into(), v);
+            }
+            if let (false, Some(v)) = (
                 rope.contains_key("original_max_position_embeddings"),
                 find(&hparams, &["original_max_position_embeddings"]).cloned(),
             ) {
@@ -196,45 +240,14 @@ impl Model {
             }
         }
 
-        let mut dense_modules = Vec::new();
-        let mut dense_dims = Vec::new();
-        if arch == Arch::GemmaEmbedding && opts.dense_modules {
-            let modules_file = dir.join("modules.json");
-            if modules_file.is_file() {
-                let mods = read_json(&modules_file)?;
-                for m in mods.as_array().into_iter().flatten() {
-                    let (Some(ty), Some(path)) = (
-                        m.get("type").and_then(Value::as_str),
-                        m.get("path").and_then(Value::as_str),
-                    ) else {
-                        continue;
-                    };
-                    if !ty.ends_with("Dense") || !dir.join(path).join("model.safetensors").is_file()
-                    {
-                        continue;
-                    }
-                    let prefix = if path == "2_Dense" {
-                        "dense_2"
-                    } else {
-                        "dense_3"
-                    };
-                    dense_modules.push((path.to_string(), prefix.to_string()));
-                    let conf = dir.join(path).join("config.json");
-                    if conf.is_file() {
-                        let c = read_json(&conf)?;
-                        if let (Some(i), Some(o)) = (
-                            c.get("in_features").and_then(Value::as_u64),
-                            c.get("out_features").and_then(Value::as_u64),
-                        ) {
-                            dense_dims.retain(|(p, _, _): &(String, u64, u64)| p != prefix);
-                            dense_dims.push((prefix.to_string(), i, o));
-                        }
-                    }
-                }
-            }
-        }
-        Ok(Model {
+        let (dense_modules, dense_dims) = if arch == Arch::GemmaEmbedding && opts.dense_modules {
+            gemma::dense_modules(dir)?
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        let model = Model {
             arch,
+            hf_arch,
             dir: dir.to_path_buf(),
             hparams,
             raw_config,
@@ -242,135 +255,37 @@ impl Model {
             dense_modules,
             dense_dims,
             rope,
-        })
+        };
+        model.check_supported()?;
+        Ok(model)
     }
 
-    fn full_rope(&self) -> &Map<String, Value> {
+    /// Refuses family features the converted file could not express (or
+    /// Lamina could not run), naming them.
+    fn check_supported(&self) -> Result<()> {
+        match self.arch {
+            Arch::Qwen2 | Arch::Qwen3 => qwen::check_supported(self),
+            Arch::Gemma2 => gemma::check_gemma2(self),
+            Arch::Phi3 => phi3::check_supported(self),
+            _ => Ok(()),
+        }
+    }
+
+    pub(super) fn full_rope(&self) -> &Map<String, Value> {
         self.rope
             .get("full_attention")
             .and_then(Value::as_object)
             .unwrap_or(&self.rope)
     }
 
-    /// The renames of `filter_tensors` (None: skip the tensor).
-    pub fn filter_name(&self, name: &str) -> Option<String> {
-        const SKIP_PREFIX: [&str; 10] = [
-            "mlp",
-            "vit.",
-            "vpm.",
-            "siglip2.",
-            "conformer.",
-            "merger.",
-            "resampler.",
-            "sound_encoder.",
-            "sound_projection.",
-            "speech_embeddings.",
-        ];
-        const SKIP_SUB: [&str; 16] = [
-            "visual.",
-            "vision.",
-            "audio.",
-            "talker.",
-            "vision_",
-            "audio_",
-            "token2wav.",
-            "code2wav.",
-            "projector.",
-            "pre_mm_projector_norm",
-            "image_newline",
-            "view_seperator",
-            "patch_embed",
-            "patch_merger.",
-            "patch_merge_mlp.",
-            "model.connector.",
-        ];
-        let mut name = name.to_string();
-        if self.arch == Arch::Llama && name.contains("text_model.") {
-            name = name.replace("text_model.", "");
-        }
-        if SKIP_PREFIX.iter().any(|p| name.starts_with(p))
-            || SKIP_SUB.iter().any(|s| name.contains(s))
-        {
-            return None;
-        }
-        if name.ends_with("e_score_correction_bias") {
-            name = name.replace("e_score_correction_bias", "e_score_correction.bias");
-        }
-        if name.contains("language_model.") {
-            name = name.replace("language_model.", "");
-        }
-        Some(name)
-    }
-
-    /// Maps a Hugging Face tensor name to its GGUF name (gguf-py's TensorNameMap
-    /// restricted to the tensors these architectures have).
-    fn map_name(&self, name: &str) -> Result<String> {
-        let fail = || {
-            Error::Tensor(format!(
-                "cannot map tensor {name:?} to a {} GGUF tensor: the checkpoint has a tensor \
-                 this architecture does not use",
-                self.arch.name()
-            ))
-        };
-        let (base, suffix) = if let Some(b) = name.strip_suffix(".weight") {
-            (b, ".weight")
-        } else if let Some(b) = name.strip_suffix(".bias") {
-            (b, ".bias")
-        } else {
-            return Err(fail());
-        };
-        let stripped = base.strip_prefix("model.").unwrap_or(base);
-        let mapped: String = match stripped {
-            "embed_tokens" => "token_embd".into(),
-            "norm" => "output_norm".into(),
-            _ if base == "lm_head" => "output".into(),
-            "dense_2" | "dense_3" if self.arch == Arch::GemmaEmbedding => stripped.into(),
-            "rope_freqs" if self.arch == Arch::Llama => "rope_freqs".into(),
-            _ => {
-                let rest = stripped.strip_prefix("layers.").ok_or_else(fail)?;
-                let (bid, leaf) = rest.split_once('.').ok_or_else(fail)?;
-                let bid: u64 = bid.parse().map_err(|_| fail())?;
-                if bid >= self.block_count {
-                    return Err(fail());
-                }
-                let gemma = self.arch.is_gemma();
-                let leaf = match leaf {
-                    "input_layernorm" => "attn_norm",
-                    "self_attn.q_proj" => "attn_q",
-                    "self_attn.k_proj" => "attn_k",
-                    "self_attn.v_proj" => "attn_v",
-                    "self_attn.o_proj" => "attn_output",
-                    "self_attn.q_norm" if gemma => "attn_q_norm",
-                    "self_attn.k_norm" if gemma => "attn_k_norm",
-                    "post_attention_layernorm" if gemma => "post_attention_norm",
-                    "post_attention_layernorm" => "ffn_norm",
-                    "pre_feedforward_layernorm" if gemma => "ffn_norm",
-                    "post_feedforward_layernorm" if gemma => "post_ffw_norm",
-                    "mlp.gate_proj" => "ffn_gate",
-                    "mlp.up_proj" => "ffn_up",
-                    "mlp.down_proj" => "ffn_down",
-                    _ => return Err(fail()),
-                };
-                format!("blk.{bid}.{leaf}")
-            }
-        };
-        Ok(format!("{mapped}{suffix}"))
-    }
-
     /// Every output tensor, in the order the Python converter writes them.
     pub(crate) fn plan(&self, sources: &Sources, vocab: &Vocab, out: OutType) -> Result<Vec<Job>> {
-        let mut jobs = Vec::new();
-        if self.arch == Arch::Llama
-            && self
-                .full_rope()
-                .get("rope_type")
-                .and_then(Value::as_str)
-                .is_some_and(|t| t.eq_ignore_ascii_case("llama3"))
-        {
-            return Err(Error::Unsupported(
-                "Llama 3 rope scaling (rope_type \"llama3\", the rope_freqs tensor) is not supported yet".into(),
-            ));
-        }
+        // generate_extra_tensors() comes first in the Python converter's tensor order.
+        let mut jobs: Vec<Job> = self
+            .generated_tensors()?
+            .into_iter()
+            .map(|(name, values)| Job::generated(name, values))
+            .collect();
         let n_head =
             find(&self.hparams, &["n_heads", "num_attention_heads"]).and_then(Value::as_u64);
         let n_kv_head =
@@ -415,14 +330,14 @@ impl Model {
         let mut shift = 0.0;
         let mut permute_heads = None;
         if self.arch.is_gemma() {
-            if hf.contains("embed_tokens.weight") {
+            if hf.contains("embed_tokens.weight") && self.arch != Arch::Gemma2 {
                 rows = rows.min(vocab.len());
             }
             if hf.ends_with("norm.weight") {
                 shift = 1.0;
             }
         }
-        if self.arch == Arch::Llama {
+        if self.arch.is_llama() {
             let heads = if hf.ends_with("q_proj.weight") || hf.ends_with("q_proj.bias") {
                 n_head
             } else if hf.ends_with("k_proj.weight") || hf.ends_with("k_proj.bias") {
@@ -462,11 +377,46 @@ impl Model {
             rows,
             shift,
             permute_heads,
+            values: None,
         })
+    }
+
+    /// Tensors computed from the configuration (`generate_extra_tensors`).
+    fn generated_tensors(&self) -> Result<Vec<(String, Vec<f32>)>> {
+        match self.arch {
+            Arch::Llama | Arch::Granite => llama::generated_tensors(self),
+            Arch::Phi3 => phi3::generated_tensors(self),
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    /// Metadata the Python converter writes while it prepares the tensors,
+    /// that is before `general.type` and the rest of `general.*`.
+    pub fn write_early_params(&self, b: &mut GgufBuilder) -> Result<()> {
+        match self.arch {
+            Arch::Phi3 => phi3::write_early_params(self, b),
+            _ => Ok(()),
+        }
     }
 
     /// The architecture's hyper-parameter metadata (set_gguf_parameters).
     pub fn write_params(&self, b: &mut GgufBuilder, file_type: u32) -> Result<()> {
+        match self.arch {
+            Arch::Gemma2 => return gemma::write_gemma2_params(self, b, file_type),
+            Arch::Phi3 => return phi3::write_params(self, b, file_type),
+            _ => {}
+        }
+        self.write_base_params(b, file_type)?;
+        match self.arch {
+            Arch::Gemma3 | Arch::GemmaEmbedding => gemma::write_gemma3_params(self, b),
+            Arch::Llama | Arch::Granite => llama::write_params(self, b),
+            Arch::Qwen2 | Arch::Qwen3 => qwen::write_params(self, b),
+            Arch::Gemma2 | Arch::Phi3 => Ok(()),
+        }
+    }
+
+    /// `TextModel.set_gguf_parameters`, which most families extend.
+    fn write_base_params(&self, b: &mut GgufBuilder, file_type: u32) -> Result<()> {
         let a = self.arch.name();
         let h = &self.hparams;
         let k = |s: &str| format!("{a}.{s}");
@@ -579,170 +529,17 @@ impl Model {
                 "mixture-of-experts checkpoints are not supported".into(),
             ));
         }
-        if let Some(v) = h.get("head_dim").filter(|v| !v.is_null()) {
+        // GraniteModel drops head_dim from the hyper-parameters before this runs.
+        if let Some(v) = h
+            .get("head_dim")
+            .filter(|v| !v.is_null() && self.arch != Arch::Granite)
+        {
             let d = need_u32(v, "head_dim")?;
             b.set(k("attention.key_length"), OwnedValue::U32(d))?;
             b.set(k("attention.value_length"), OwnedValue::U32(d))?;
         }
         b.set("general.file_type", OwnedValue::U32(file_type))?;
 
-        match self.arch {
-            Arch::Gemma3 | Arch::GemmaEmbedding => {
-                let get = |key: &str| h.get(key).filter(|v| !v.is_null());
-                b.set(
-                    k("context_length"),
-                    OwnedValue::U32(
-                        get("max_position_embeddings")
-                            .map_or(Ok(131072), |v| need_u32(v, "max_position_embeddings"))?,
-                    ),
-                )?;
-                b.set(
-                    k("attention.head_count"),
-                    OwnedValue::U32(
-                        get("num_attention_heads")
-                            .map_or(Ok(8), |v| need_u32(v, "num_attention_heads"))?,
-                    ),
-                )?;
-                b.set(
-                    k("attention.layer_norm_rms_epsilon"),
-                    OwnedValue::F32(
-                        get("rms_norm_eps").map_or(Ok(1e-6), |v| need_f32(v, "rms_norm_eps"))?,
-                    ),
-                )?;
-                let hd = get("head_dim").map_or(Ok(256), |v| need_u32(v, "head_dim"))?;
-                b.set(k("attention.key_length"), OwnedValue::U32(hd))?;
-                b.set(k("attention.value_length"), OwnedValue::U32(hd))?;
-                let theta = rope
-                    .get("rope_theta")
-                    .filter(|v| !v.is_null())
-                    .map_or(Ok(1_000_000.0), |v| need_f32(v, "rope_theta"))?;
-                b.set(k("rope.freq_base"), OwnedValue::F32(theta))?;
-                if get("attn_logit_softcapping").is_some() {
-                    return Err(Error::Config(
-                        "config.json: Gemma 3 has no attn_logit_softcapping".into(),
-                    ));
-                }
-                if let Some(v) =
-                    get("final_logit_softcapping").filter(|v| v.as_f64().is_some_and(|f| f != 0.0))
-                {
-                    b.set(
-                        k("final_logit_softcapping"),
-                        OwnedValue::F32(need_f32(v, "final_logit_softcapping")?),
-                    )?;
-                }
-                if get("sliding_window_pattern").and_then(Value::as_u64) != Some(1) {
-                    let sw = get("sliding_window")
-                        .ok_or_else(|| Error::Config("config.json: no sliding_window".into()))?;
-                    b.set(
-                        k("attention.sliding_window"),
-                        OwnedValue::U32(need_u32(sw, "sliding_window")?),
-                    )?;
-                }
-                b.set(
-                    k("attention.head_count_kv"),
-                    OwnedValue::U32(
-                        get("num_key_value_heads")
-                            .map_or(Ok(4), |v| need_u32(v, "num_key_value_heads"))?,
-                    ),
-                )?;
-                if self.arch == Arch::GemmaEmbedding {
-                    let sw = self
-                        .raw_config
-                        .get("sliding_window")
-                        .filter(|v| !v.is_null())
-                        .ok_or_else(|| {
-                            Error::Config(
-                                "config.json: sliding_window not found; EmbeddingGemma needs it"
-                                    .into(),
-                            )
-                        })?;
-                    b.set(
-                        k("attention.sliding_window"),
-                        OwnedValue::U32(need_u32(sw, "sliding_window")?),
-                    )?;
-                    for (prefix, i, o) in &self.dense_dims {
-                        let conv = |n: u64| {
-                            u32::try_from(n).map_err(|_| {
-                                Error::Config(format!("{prefix}: feature count {n} too large"))
-                            })
-                        };
-                        b.set(k(&format!("{prefix}_feat_in")), OwnedValue::U32(conv(*i)?))?;
-                        b.set(k(&format!("{prefix}_feat_out")), OwnedValue::U32(conv(*o)?))?;
-                    }
-                    self.write_pooling(b)?;
-                }
-            }
-            Arch::Llama => {
-                let vs = h
-                    .get("vocab_size")
-                    .ok_or_else(|| Error::Config("config.json: no vocab_size".into()))?;
-                b.set(
-                    k("vocab_size"),
-                    OwnedValue::U32(need_u32(vs, "vocab_size")?),
-                )?;
-                let rope_dim = match h.get("head_dim").filter(|v| !v.is_null()) {
-                    Some(v) => need_u32(v, "head_dim")?,
-                    None => {
-                        let hidden = get_u64(h, "hidden_size")
-                            .ok_or_else(|| Error::Config("config.json: no hidden_size".into()))?;
-                        let heads = get_u64(h, "num_attention_heads")
-                            .filter(|&n| n > 0)
-                            .ok_or_else(|| {
-                                Error::Config("config.json: no num_attention_heads".into())
-                            })?;
-                        u32::try_from(hidden / heads)
-                            .map_err(|_| Error::Config("head size too large".into()))?
-                    }
-                };
-                b.set(k("rope.dimension_count"), OwnedValue::U32(rope_dim))?;
-            }
-        }
-        Ok(())
-    }
-
-    fn write_pooling(&self, b: &mut GgufBuilder) -> Result<()> {
-        let modules_file = self.dir.join("modules.json");
-        if !modules_file.is_file() {
-            return Ok(());
-        }
-        let mods = read_json(&modules_file)?;
-        let Some(path) = mods
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|m| {
-                m.get("type")
-                    .and_then(Value::as_str)
-                    .is_some_and(|t| t.ends_with("Pooling"))
-            })
-            .and_then(|m| m.get("path").and_then(Value::as_str))
-        else {
-            return Ok(());
-        };
-        let p = read_json(&self.dir.join(path).join("config.json"))?;
-        let on = |key: &str| p.get(key).and_then(Value::as_bool).unwrap_or(false);
-        let ty = if on("pooling_mode_mean_tokens") {
-            1
-        } else if on("pooling_mode_cls_token") {
-            2
-        } else if on("pooling_mode_lasttoken") {
-            3
-        } else {
-            match p.get("pooling_mode").and_then(Value::as_str) {
-                Some("mean") => 1,
-                Some("cls") => 2,
-                Some("lasttoken") => 3,
-                _ => {
-                    return Err(Error::Unsupported(format!(
-                        "{path}/config.json: only mean, CLS and last-token pooling are supported"
-                    )));
-                }
-            }
-        };
-        b.set(
-            format!("{}.pooling_type", self.arch.name()),
-            OwnedValue::U32(ty),
-        )?;
         Ok(())
     }
 
@@ -756,48 +553,52 @@ impl Model {
 
 /// Values transformers' config classes supply when config.json omits them
 /// (the Python converter reads `AutoConfig.from_pretrained(...).to_dict()`).
-fn fill_defaults(arch: Arch, h: &mut Map<String, Value>) {
-    let mut default = |key: &str, v: Value| {
-        if !h.contains_key(key) {
-            h.insert(key.to_string(), v);
-        }
-    };
+fn fill_defaults(arch: Arch, hf_arch: &str, h: &mut Map<String, Value>) {
     match arch {
-        Arch::Llama => {
-            default("max_position_embeddings", Value::from(2048));
-            default("rms_norm_eps", Value::from(1e-6));
-            default("rope_theta", Value::from(10000.0));
-            default("rope_scaling", Value::Null);
-        }
-        Arch::Gemma3 | Arch::GemmaEmbedding => {
-            default("max_position_embeddings", Value::from(131072));
-            default("rms_norm_eps", Value::from(1e-6));
-            default("rope_theta", Value::from(1_000_000.0));
-            default("rope_local_base_freq", Value::from(10000.0));
-            default("head_dim", Value::from(256));
-            default("sliding_window", Value::from(4096));
-            default("rope_scaling", Value::Null);
-        }
+        Arch::Llama | Arch::Granite => llama::fill_defaults(hf_arch, h),
+        Arch::Gemma3 | Arch::GemmaEmbedding | Arch::Gemma2 => gemma::fill_defaults(arch, h),
+        Arch::Qwen2 | Arch::Qwen3 => qwen::fill_defaults(arch, h),
+        Arch::Phi3 => phi3::fill_defaults(h),
     }
-    if arch == Arch::Llama
-        && !h.contains_key("num_key_value_heads")
+}
+
+/// Sets `key` to `v` unless config.json gave it.
+pub(super) fn default(h: &mut Map<String, Value>, key: &str, v: Value) {
+    if !h.contains_key(key) {
+        h.insert(key.to_string(), v);
+    }
+}
+
+/// An absent (or null) `num_key_value_heads` becomes `num_attention_heads`.
+pub(super) fn default_kv_heads(h: &mut Map<String, Value>) {
+    if h.get("num_key_value_heads").is_none_or(Value::is_null)
         && let Some(n) = h.get("num_attention_heads").cloned()
     {
         h.insert("num_key_value_heads".into(), n);
     }
-    if arch == Arch::Llama
-        && !h.contains_key("head_dim")
-        && let (Some(hid), Some(n)) = (get_u64(h, "hidden_size"), get_u64(h, "num_attention_heads"))
-        && n > 0
-    {
-        h.insert("head_dim".into(), Value::from(hid / n));
-    }
-    // Gemma3TextConfig halves the sliding window of bidirectional models
-    // (transformers#40700); the EmbeddingGemma path writes the original back.
-    if arch.is_gemma()
-        && h.get("use_bidirectional_attention") == Some(&Value::Bool(true))
-        && let Some(sw) = get_u64(h, "sliding_window")
-    {
-        h.insert("sliding_window".into(), Value::from(sw / 2 + 1));
-    }
+}
+
+/// A [`Model`] loaded from a folder holding only `config`, for unit tests.
+#[cfg(test)]
+pub(super) fn test_model(config: Value) -> Result<(tempfile::TempDir, Model)> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("config.json"), config.to_string()).expect("write config");
+    let opts = ConvertOptions {
+        input: dir.path().to_path_buf(),
+        output: dir.path().join("out.gguf"),
+        out_type: OutType::F32,
+        dense_modules: false,
+    };
+    let model = Model::load(dir.path(), &opts)?;
+    Ok((dir, model))
+}
+
+/// The metadata keys and values `write` sets, for unit tests.
+#[cfg(test)]
+pub(super) fn written(
+    write: impl FnOnce(&mut GgufBuilder) -> Result<()>,
+) -> Vec<(String, OwnedValue)> {
+    let mut b = GgufBuilder::new();
+    write(&mut b).expect("metadata written");
+    b.metadata().to_vec()
 }

@@ -46,8 +46,9 @@ pub enum Error {
     #[error("{0}")]
     Config(String),
     #[error(
-        "unsupported architecture {0:?}: lamina convert handles Gemma3TextModel (EmbeddingGemma), \
-         Gemma3ForCausalLM and LlamaForCausalLM"
+        "unsupported architecture {0:?}: lamina convert handles LlamaForCausalLM, \
+         MistralForCausalLM, GraniteForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, \
+         Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM and Gemma3TextModel (EmbeddingGemma)"
     )]
     UnknownArch(String),
     #[error("{0}")]
@@ -179,6 +180,25 @@ pub(crate) struct Job {
     pub shift: f32,
     /// Llama's rotary permutation: the number of heads to regroup rows by.
     pub permute_heads: Option<usize>,
+    /// The values of a tensor computed from the configuration (rope factors),
+    /// written instead of reading `src`.
+    pub values: Option<Vec<f32>>,
+}
+
+impl Job {
+    /// A 1-D f32 tensor of computed values.
+    pub(crate) fn generated(name: String, values: Vec<f32>) -> Self {
+        Job {
+            src: TensorRef::default(),
+            name,
+            shape: vec![values.len() as u64],
+            ggml_type: GgmlType::F32,
+            rows: 1,
+            shift: 0.0,
+            permute_heads: None,
+            values: Some(values),
+        }
+    }
 }
 
 /// Converts a Hugging Face checkpoint folder to a GGUF file.
@@ -200,6 +220,7 @@ pub fn convert(opts: &ConvertOptions, progress: &mut dyn FnMut(Progress<'_>)) ->
         "general.architecture",
         OwnedValue::string(model.arch.name()),
     )?;
+    model.write_early_params(&mut builder)?;
     builder.set("general.type", OwnedValue::string("model"))?;
     let total_params: u64 = jobs.iter().map(|j| j.shape.iter().product::<u64>()).sum();
     meta::write_general(&mut builder, dir, total_params)?;
@@ -258,6 +279,12 @@ fn write_file(
             ggml_type: job.ggml_type,
             shape: &job.shape,
         });
+        if let Some(values) = &job.values {
+            encode(job, values, &mut out)?;
+            w.write_chunk(&out)?;
+            progress(Progress::Bytes(out.len() as u64));
+            continue;
+        }
         let src = sources.get(&job.src);
         let row_len = src.row_len();
         // Whole rows at a time, about 4 M elements per chunk.
@@ -350,6 +377,7 @@ mod tests {
             rows: 8,
             shift: 0.0,
             permute_heads: Some(2),
+            values: None,
         };
         let rows: Vec<usize> = (0..8).map(|r| source_row(&job, r)).collect();
         assert_eq!(rows, [0, 2, 1, 3, 4, 6, 5, 7]);

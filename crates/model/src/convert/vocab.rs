@@ -11,6 +11,11 @@ use super::arch::{Arch, Model, read_json};
 use super::spm_proto::{self, piece_type};
 use super::{Error, Result, io_err};
 
+mod phi3;
+mod pre;
+
+use pre::bpe_pre;
+
 const NORMAL: i32 = 1;
 const CONTROL: i32 = 3;
 const USER_DEFINED: i32 = 4;
@@ -62,7 +67,7 @@ pub fn build(dir: &Path, model: &Model) -> Result<Vocab> {
     let n_tokens;
     let spm_path = dir.join("tokenizer.model");
     match model.arch {
-        Arch::Gemma3 | Arch::GemmaEmbedding => {
+        Arch::Gemma3 | Arch::GemmaEmbedding | Arch::Gemma2 => {
             if !spm_path.is_file() {
                 return Err(Error::Tokenizer(format!(
                     "no tokenizer.model in {}: Gemma conversion needs the SentencePiece model",
@@ -76,7 +81,25 @@ pub fn build(dir: &Path, model: &Model) -> Result<Vocab> {
                 OwnedValue::Bool(false),
             ));
         }
-        Arch::Llama => {
+        Arch::Qwen2 | Arch::Qwen3 => {
+            if spm_path.is_file() {
+                n_tokens = sentencepiece(dir, model, &mut entries)?;
+                special_vocab(dir, Some(n_tokens), false, &mut entries)?;
+            } else {
+                n_tokens = bpe(dir, model, &mut entries)?;
+                special_vocab(dir, None, true, &mut entries)?;
+            }
+        }
+        Arch::Phi3 => {
+            if phi3::uses_gpt2(dir)? {
+                n_tokens = bpe(dir, model, &mut entries)?;
+                special_vocab(dir, None, true, &mut entries)?;
+            } else {
+                n_tokens = phi3::sentencepiece(dir, model, &mut entries)?;
+                special_vocab(dir, Some(n_tokens), false, &mut entries)?;
+            }
+        }
+        Arch::Llama | Arch::Granite => {
             let tc = read_opt_json(&dir.join("tokenizer_config.json"))?;
             if let Some(p) = tc
                 .as_ref()
@@ -201,44 +224,6 @@ fn sentencepiece(
         OwnedValue::i32_array(types),
     ));
     Ok(n)
-}
-
-/// The llama.cpp pre-tokenizer name for a `tokenizer.json`. The Python
-/// converter hashes the token ids of a probe text; without a BPE encoder we
-/// recognise the pre-tokenizer configuration itself.
-fn bpe_pre(tok: &Value) -> Result<&'static str> {
-    const LLAMA3: &str = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-    let pre = tok.get("pre_tokenizer").cloned().unwrap_or(Value::Null);
-    let parts: Vec<Value> = match pre.get("type").and_then(Value::as_str) {
-        Some("Sequence") => pre
-            .get("pretokenizers")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default(),
-        Some(_) => vec![pre.clone()],
-        None => vec![],
-    };
-    let types: Vec<&str> = parts
-        .iter()
-        .filter_map(|p| p.get("type").and_then(Value::as_str))
-        .collect();
-    let regex = parts.iter().find_map(|p| {
-        p.get("pattern")
-            .and_then(|p| p.get("Regex"))
-            .and_then(Value::as_str)
-    });
-    if regex == Some(LLAMA3) && types.contains(&"ByteLevel") {
-        return Ok("llama-bpe");
-    }
-    if types == ["Digits", "ByteLevel"]
-        && parts[0].get("individual_digits").and_then(Value::as_bool) == Some(true)
-    {
-        return Ok("smollm");
-    }
-    Err(Error::Tokenizer(format!(
-        "tokenizer.json: unrecognised BPE pre-tokenizer {pre}; lamina convert knows the Llama 3 \
-         (llama-bpe) and SmolLM pre-tokenizers"
-    )))
 }
 
 /// `get_vocab_base` + `_set_vocab_gpt2` (list part) for a byte-level BPE `tokenizer.json`.
