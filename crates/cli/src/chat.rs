@@ -43,7 +43,7 @@ pub fn run(args: Args) -> Result<()> {
                 .with_context(|| format!("reading chat template {}", f.display()))?;
             ChatTemplate::new(&src, TemplateSource::Custom, &loaded.tok)?
         }
-        None => ChatTemplate::for_model(&loaded.model.file, loaded.model.hp.arch, &loaded.tok)?,
+        None => ChatTemplate::for_model(&loaded.model.file, loaded.model.hp.family, &loaded.tok)?,
     };
     tracing::info!("chat template: {:?}", template.source);
     let mut sampler = Sampler::new(args.sample.params()?, loaded.model.hp.n_vocab);

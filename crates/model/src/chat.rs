@@ -31,7 +31,7 @@ use minijinja::{Environment, ErrorKind};
 use funcs::{now_secs, raise_exception, strftime, tojson};
 
 use crate::ModelError;
-use crate::hparams::Arch;
+use crate::family::Family;
 use crate::tokenizer::Tokenizer;
 
 /// Gemma 3's template from its Hugging Face tokenizer config (system
@@ -172,7 +172,7 @@ impl ChatTemplate {
     /// The model's template, or the built-in one for its architecture.
     pub fn for_model<D: AsRef<[u8]>>(
         g: &Gguf<D>,
-        arch: Arch,
+        family: &Family,
         tok: &Tokenizer,
     ) -> Result<ChatTemplate, ModelError> {
         match g.get("tokenizer.chat_template") {
@@ -182,7 +182,7 @@ impl ChatTemplate {
                 })?;
                 ChatTemplate::new(src, TemplateSource::File, tok)
             }
-            None if arch.is_gemma() => {
+            None if family.is_gemma() => {
                 ChatTemplate::new(GEMMA_TEMPLATE, TemplateSource::BuiltinGemma, tok)
             }
             None => ChatTemplate::new(CHATML_TEMPLATE, TemplateSource::BuiltinChatMl, tok),

@@ -5,36 +5,7 @@ use lamina_gguf::{Gguf, Value};
 use lamina_kernels::ops::RopeLayout;
 
 use crate::ModelError;
-
-/// The architectures this build runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Arch {
-    /// Llama 2/3, SmolLM2, TinyLlama, Mistral (and Granite's multipliers).
-    Llama,
-    /// Gemma 3, causal.
-    Gemma3,
-    /// EmbeddingGemma: Gemma 3 layers, bidirectional attention, pooled.
-    GemmaEmbedding,
-}
-
-impl Arch {
-    /// The `general.architecture` names this build knows.
-    pub const KNOWN: &'static str = "llama, granite, mistral, gemma3, gemma-embedding";
-
-    pub fn from_name(name: &str) -> Option<Arch> {
-        Some(match name {
-            "llama" | "granite" | "mistral" => Arch::Llama,
-            "gemma3" => Arch::Gemma3,
-            "gemma-embedding" => Arch::GemmaEmbedding,
-            _ => return None,
-        })
-    }
-
-    /// Gemma's family traits: √n_embd input scale, QK norm, sandwich norms, GELU.
-    pub fn is_gemma(self) -> bool {
-        matches!(self, Arch::Gemma3 | Arch::GemmaEmbedding)
-    }
-}
+use crate::family::{self, AttnScale, Cap, Family, InputScale, Windows};
 
 /// How a sliding-window layer masks keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,7 +21,8 @@ pub enum Window {
 /// Everything the forward pass needs to know about the network's shape.
 #[derive(Clone, Debug)]
 pub struct HParams {
-    pub arch: Arch,
+    /// What sets the architecture apart ([`crate::family`]).
+    pub family: &'static Family,
     /// The architecture name as written in the file.
     pub arch_name: String,
     pub n_layer: usize,
@@ -70,6 +42,12 @@ pub struct HParams {
     pub rope_layout: RopeLayout,
     /// Linear RoPE scaling (`1 / rope.scaling.factor`).
     pub rope_freq_scale: f32,
+    /// Multiplier of RoPE's cosines and sines (`rope.scaling.attn_factor`).
+    pub rope_attn_factor: f32,
+    /// The context the model was trained at before RoPE scaling
+    /// (`rope.scaling.original_context_length`): LongRoPE's long factors
+    /// apply to contexts beyond it.
+    pub n_ctx_orig: usize,
     /// Per layer: does it use the sliding window?
     pub swa_layers: Vec<bool>,
     /// The window of sliding-window layers.
@@ -154,12 +132,18 @@ impl HParams {
     /// Reads the hyper-parameters; `n_vocab` comes from the token embedding's rows.
     pub fn from_gguf<D: AsRef<[u8]>>(g: &Gguf<D>) -> Result<HParams, ModelError> {
         let arch_name = g.architecture()?.to_string();
-        let arch = Arch::from_name(&arch_name)
-            .ok_or_else(|| ModelError::UnknownArch(arch_name.clone()))?;
+        let fam =
+            family::lookup(&arch_name).ok_or_else(|| ModelError::UnknownArch(arch_name.clone()))?;
         let k = Keys {
             g,
             arch: arch_name.clone(),
         };
+        if let Some(n) = k.uint("expert_count")?.filter(|&n| n > 0) {
+            return Err(ModelError::Unsupported(format!(
+                "{arch_name} with a mixture of {n} experts (expert_count): MoE layers are not \
+                 implemented"
+            )));
+        }
         let n_layer = sane("block_count", k.need_uint("block_count")?, 1024)?;
         let n_embd = sane(
             "embedding_length",
@@ -212,7 +196,11 @@ impl HParams {
             .float("attention.layer_norm_rms_epsilon")?
             .ok_or_else(|| ModelError::MissingKey(k.key("attention.layer_norm_rms_epsilon")))?;
         let rope_base = k.float("rope.freq_base")?.unwrap_or(10_000.0);
-        let rope_base_swa = k.float("rope.freq_base_swa")?.unwrap_or(10_000.0);
+        let rope_base_swa = match k.float("rope.freq_base_swa")? {
+            Some(b) => b,
+            None if fam.swa_rope_base_is_global => rope_base,
+            None => 10_000.0,
+        };
         let rope_dims = k.uint("rope.dimension_count")?.unwrap_or(head_dim);
         if rope_dims > head_dim || !rope_dims.is_multiple_of(2) {
             return Err(ModelError::Unsupported(format!(
@@ -224,60 +212,61 @@ impl HParams {
             Some("linear") => 1.0 / k.float("rope.scaling.factor")?.unwrap_or(1.0),
             Some(other) => {
                 return Err(ModelError::Unsupported(format!(
-                    "rope scaling {other:?} (only linear and Llama 3's rope_freqs are supported)"
+                    "rope scaling {other:?} (only linear, Llama 3's rope_freqs and Phi-3's \
+                     LongRoPE factors are supported)"
                 )));
             }
         };
-
-        let (mut swa_layers, mut window) = (vec![false; n_layer], Window::None);
-        let n_swa = k.uint("attention.sliding_window")?.unwrap_or(0);
-        if arch.is_gemma() && n_swa > 0 {
-            // llama.cpp: an explicit bool array wins, else every `pattern`-th layer is global.
-            let pattern = match k.value("attention.sliding_window_pattern") {
-                Some(Value::Array(a)) => {
-                    let v = a.to_i64_vec().unwrap_or_default();
-                    if v.len() != n_layer {
-                        return Err(k.bad("attention.sliding_window_pattern"));
-                    }
-                    swa_layers = v.iter().map(|&x| x != 0).collect();
-                    None
-                }
-                Some(v) => Some(v.as_integer().unwrap_or(6) as usize),
-                None => Some(6),
-            };
-            if let Some(p) = pattern {
-                for (il, s) in swa_layers.iter_mut().enumerate() {
-                    *s = p == 0 || il % p < p - 1;
-                }
-            }
-            window = if arch == Arch::GemmaEmbedding {
-                Window::Symmetric(n_swa)
-            } else {
-                Window::Trailing(n_swa)
-            };
+        if !(rope_freq_scale.is_finite() && rope_freq_scale > 0.0) {
+            return Err(k.bad("rope.scaling.factor"));
         }
-        let causal = match arch {
-            Arch::GemmaEmbedding => false,
-            _ => g
-                .get(&k.key("attention.causal"))
+        let rope_attn_factor = k.float("rope.scaling.attn_factor")?.unwrap_or(1.0);
+        let n_ctx_orig = k
+            .uint("rope.scaling.original_context_length")?
+            .unwrap_or(n_ctx_train);
+
+        let (swa_layers, window) = windows(&k, fam.windows, n_layer)?;
+        let causal = !fam.bidirectional
+            && g.get(&k.key("attention.causal"))
                 .and_then(|v| match v {
                     Value::Bool(b) => Some(b),
                     _ => None,
                 })
-                .unwrap_or(true),
+                .unwrap_or(true);
+        let default_scale = 1.0 / (head_dim as f32).sqrt();
+        let attn_scale = match fam.attn_scale {
+            AttnScale::HeadDim => default_scale,
+            AttnScale::Key => k
+                .float("attention.scale")?
+                .filter(|&s| s != 0.0)
+                .unwrap_or(default_scale),
+            AttnScale::Gemma { large_n_layer } if n_layer == large_n_layer => {
+                1.0 / ((n_embd / n_head) as f32).sqrt()
+            }
+            AttnScale::Gemma { .. } => default_scale,
         };
-        let attn_scale = k
-            .float("attention.scale")?
-            .filter(|&s| s != 0.0)
-            .unwrap_or(1.0 / (head_dim as f32).sqrt());
-        let embd_scale = if arch.is_gemma() {
-            (n_embd as f32).sqrt()
+        let embd_scale = match fam.input_scale {
+            InputScale::One => 1.0,
+            InputScale::SqrtWidth => (n_embd as f32).sqrt(),
+            InputScale::Key => k.float("embedding_scale")?.unwrap_or(1.0),
+        };
+        let cap = |c: Cap, key: &str| -> Result<Option<f32>, ModelError> {
+            Ok(match c {
+                Cap::Never => None,
+                Cap::Key { default } => Some(k.float(key)?.unwrap_or(default)).filter(|&c| c > 0.0),
+            })
+        };
+        let (residual_scale, logit_scale) = if fam.multipliers {
+            let logit = k.float("logit_scale")?.filter(|&c| c > 0.0);
+            (
+                k.float("residual_scale")?.unwrap_or(1.0),
+                logit.unwrap_or(1.0),
+            )
         } else {
-            k.float("embedding_scale")?.unwrap_or(1.0)
+            (1.0, 1.0)
         };
-        let positive = |v: Option<f32>| v.filter(|&c| c > 0.0);
         Ok(HParams {
-            arch,
+            family: fam,
             arch_name,
             n_layer,
             n_embd,
@@ -291,21 +280,19 @@ impl HParams {
             rope_base,
             rope_base_swa,
             rope_dims,
-            rope_layout: if arch.is_gemma() {
-                RopeLayout::Neox
-            } else {
-                RopeLayout::Normal
-            },
+            rope_layout: fam.rope,
             rope_freq_scale,
+            rope_attn_factor,
+            n_ctx_orig,
             swa_layers,
             window,
             causal,
             attn_scale,
             embd_scale,
-            residual_scale: k.float("residual_scale")?.unwrap_or(1.0),
-            logit_scale: positive(k.float("logit_scale")?).unwrap_or(1.0),
-            final_logit_softcap: positive(k.float("final_logit_softcapping")?),
-            attn_logit_softcap: positive(k.float("attn_logit_softcapping")?),
+            residual_scale,
+            logit_scale,
+            final_logit_softcap: cap(fam.final_softcap, "final_logit_softcapping")?,
+            attn_logit_softcap: cap(fam.attn_softcap, "attn_logit_softcapping")?,
         })
     }
 
@@ -325,4 +312,53 @@ impl HParams {
             Window::None
         }
     }
+}
+
+/// Which layers slide, and the window they slide with (llama.cpp's rules:
+/// an explicit per-layer array wins, else every `every`-th layer is global).
+fn windows<D: AsRef<[u8]>>(
+    k: &Keys<'_, D>,
+    windows: Windows,
+    n_layer: usize,
+) -> Result<(Vec<bool>, Window), ModelError> {
+    let none = (vec![false; n_layer], Window::None);
+    let Windows::Pattern {
+        every,
+        default_window,
+        symmetric,
+    } = windows
+    else {
+        return Ok(none);
+    };
+    let n_swa = k
+        .uint("attention.sliding_window")?
+        .unwrap_or(default_window);
+    if n_swa == 0 {
+        return Ok(none);
+    }
+    let swa_layers = match k.value("attention.sliding_window_pattern") {
+        Some(Value::Array(a)) => {
+            let v = a.to_i64_vec().unwrap_or_default();
+            if v.len() != n_layer {
+                return Err(k.bad("attention.sliding_window_pattern"));
+            }
+            v.iter().map(|&x| x != 0).collect()
+        }
+        other => {
+            let p = match other {
+                Some(v) => v
+                    .as_integer()
+                    .and_then(|p| usize::try_from(p).ok())
+                    .ok_or_else(|| k.bad("attention.sliding_window_pattern"))?,
+                None => every,
+            };
+            (0..n_layer).map(|il| p == 0 || il % p < p - 1).collect()
+        }
+    };
+    let window = if symmetric {
+        Window::Symmetric(n_swa)
+    } else {
+        Window::Trailing(n_swa)
+    };
+    Ok((swa_layers, window))
 }

@@ -1,8 +1,9 @@
 //! Tokenizers, forward passes and sampling.
 //!
 //! * [`tokenizer`]: llama.cpp-exact SentencePiece and byte-level BPE.
-//! * [`hparams`], [`weights`], [`transformer`]: loading a GGUF model and the
-//!   shared decoder stack (Llama, Gemma 3, EmbeddingGemma).
+//! * [`family`], [`hparams`], [`weights`], [`transformer`]: what sets each
+//!   architecture apart (as data), loading a GGUF model, and the one decoder
+//!   stack every family runs on.
 //! * [`embed`]: sentence embeddings (pooling, dense head, batching).
 //! * [`generate`], [`sampling`], [`chat`]: text generation sessions,
 //!   llama.cpp's sampler chain, chat templates.
@@ -25,6 +26,7 @@
 pub mod chat;
 pub mod convert;
 pub mod embed;
+pub mod family;
 pub mod generate;
 pub mod hparams;
 pub mod load;
@@ -35,7 +37,8 @@ pub mod tokenizer;
 pub mod transformer;
 pub mod weights;
 
-pub use hparams::{Arch, HParams};
+pub use family::Family;
+pub use hparams::HParams;
 pub use lamina_kernels::pool::{Rayon, Serial, ThreadPool};
 pub use lamina_kernels::spin_pool::SpinPool;
 pub use load::{Load, LoadOptions};
@@ -57,7 +60,7 @@ pub enum ModelError {
     Gguf(#[from] lamina_gguf::Error),
     #[error(transparent)]
     Tokenizer(#[from] tokenizer::TokenizerError),
-    #[error("unknown architecture {0:?}: this build runs {known}", known = Arch::KNOWN)]
+    #[error("unknown architecture {0:?}: this build runs {known}", known = family::known_names())]
     UnknownArch(String),
     #[error("missing metadata key {0}")]
     MissingKey(String),

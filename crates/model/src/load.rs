@@ -17,7 +17,7 @@ use std::path::Path;
 use lamina_gguf::Gguf;
 
 use crate::ModelError;
-use crate::hparams::{Arch, HParams};
+use crate::hparams::HParams;
 use crate::transformer::Model;
 
 /// How a model file's bytes come into memory.
@@ -85,7 +85,7 @@ impl LoadOptions {
     pub fn open_gguf(&self, file: Gguf) -> Result<Model, ModelError> {
         let panels = self.panels;
         Model::load_with(file, |hp: &HParams| {
-            panels.unwrap_or(hp.arch != Arch::GemmaEmbedding)
+            panels.unwrap_or(!hp.family.is_embedding())
         })
     }
 }

@@ -180,6 +180,32 @@ impl<D: AsRef<[u8]>> Loader<'_, D> {
         })
     }
 
+    /// Rows `part` of a 2-D weight of `rows × cols` stored as one tensor
+    /// (Phi-3's fused Q/K/V and gate/up): a weight of its own that reads
+    /// those rows in place.
+    pub fn linear_rows(
+        &self,
+        name: &str,
+        cols: usize,
+        rows: usize,
+        part: std::ops::Range<usize>,
+    ) -> Result<Linear, ModelError> {
+        let whole = self.linear(name, cols, rows)?;
+        if part.start >= part.end || part.end > rows {
+            return Err(ModelError::Unsupported(format!(
+                "{name}: rows {part:?} of {rows}"
+            )));
+        }
+        let row_bytes = whole.len / rows;
+        Ok(Linear {
+            name: format!("{name}[{}..{}]", part.start, part.end),
+            start: whole.start + part.start * row_bytes,
+            len: part.len() * row_bytes,
+            rows: part.len(),
+            ..whole
+        })
+    }
+
     /// A 1-D vector of `n` values, dequantized to f32.
     pub fn vector(&self, name: &str, n: usize) -> Result<Vec<f32>, ModelError> {
         let info = self.info(name)?;

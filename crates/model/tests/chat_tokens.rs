@@ -16,8 +16,8 @@ const SMOLLM: &str = "SmolLM2-135M-Instruct-Q4_1.gguf";
 fn load(name: &str) -> (Tokenizer, ChatTemplate) {
     let g = Gguf::open(common::required(name)).unwrap();
     let tok = Tokenizer::from_gguf(&g).unwrap();
-    let arch = HParams::from_gguf(&g).unwrap().arch;
-    let t = ChatTemplate::for_model(&g, arch, &tok).unwrap();
+    let family = HParams::from_gguf(&g).unwrap().family;
+    let t = ChatTemplate::for_model(&g, family, &tok).unwrap();
     (tok, t)
 }
 

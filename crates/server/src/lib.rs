@@ -295,8 +295,8 @@ impl Server {
             let model = cfg.load.open(path).map_err(model_err)?;
             if model.has_lm_head() {
                 let tok = Tokenizer::from_gguf(&model.file).map_err(|e| model_err(e.into()))?;
-                let template =
-                    ChatTemplate::for_model(&model.file, model.hp.arch, &tok).map_err(model_err)?;
+                let template = ChatTemplate::for_model(&model.file, model.hp.family, &tok)
+                    .map_err(model_err)?;
                 let n_ctx = cfg
                     .ctx
                     .unwrap_or_else(|| model.hp.n_ctx_train.min(DEFAULT_CTX));

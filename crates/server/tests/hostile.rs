@@ -525,7 +525,7 @@ fn special_token_text_in_chat_content_is_plain_text() {
     let model = lamina_model::Model::open(&path).unwrap();
     let tok = lamina_model::tokenizer::Tokenizer::from_gguf(&model.file).unwrap();
     let template =
-        lamina_model::chat::ChatTemplate::for_model(&model.file, model.hp.arch, &tok).unwrap();
+        lamina_model::chat::ChatTemplate::for_model(&model.file, model.hp.family, &tok).unwrap();
     let msgs = [lamina_model::chat::Message::new("user", content)];
     let plain = template.render_tokens(&tok, &msgs, true, false).unwrap();
     let special = template.render_tokens(&tok, &msgs, true, true).unwrap();

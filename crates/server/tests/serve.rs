@@ -45,7 +45,7 @@ fn in_process_chat(
 ) -> (usize, String) {
     let model = Model::open(path).unwrap();
     let tok = Tokenizer::from_gguf(&model.file).unwrap();
-    let template = ChatTemplate::for_model(&model.file, model.hp.arch, &tok).unwrap();
+    let template = ChatTemplate::for_model(&model.file, model.hp.family, &tok).unwrap();
     let prompt = template
         .render(&[Message::new("user", content)], true)
         .unwrap();

@@ -2,11 +2,11 @@
 // llama.cpp (libllama), for Lamina's generation fidelity tests.
 //
 //   lcpp_gold -m MODEL (-f PROMPT_FILE | --ids-file IDS_JSON) [-n 64] [--top 5]
-//             [--fa auto|on|off] [--kv f16|f32] [-t 2] [-c 2048]
+//             [--fa auto|on|off] [--kv f16|f32] [-t 2] [-c 2048] [--ignore-eog]
 //
 // -f: the prompt is tokenized as llama-cli does (add_special, parse_special),
 //     run as one batch, then decoded greedily one token at a time for -n
-//     tokens (stopping after an end-of-generation token).
+//     tokens (stopping after an end-of-generation token, unless --ignore-eog).
 // --ids-file: a gold JSON written by -f ({"prompt_ids": [...], "ids": [...]});
 //     the same schedule, but the continuation is forced to its "ids"
 //     (teacher forcing) instead of argmax.
@@ -53,6 +53,7 @@ static void top_k(const float * logits, int n_vocab, int k, std::string & out) {
 int main(int argc, char ** argv) {
     std::string model_path, prompt_file, ids_file, fa = "auto", kv = "f16";
     int n_predict = 64, top = 5, threads = 2, n_ctx = 2048;
+    bool ignore_eog = false;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         auto next = [&]() { if (i + 1 >= argc) { fprintf(stderr, "%s needs a value\n", a.c_str()); exit(1); } return std::string(argv[++i]); };
@@ -65,6 +66,7 @@ int main(int argc, char ** argv) {
         else if (a == "--kv") kv = next();
         else if (a == "-t") threads = atoi(next().c_str());
         else if (a == "-c") n_ctx = atoi(next().c_str());
+        else if (a == "--ignore-eog") ignore_eog = true;
         else { fprintf(stderr, "unknown argument %s\n", a.c_str()); return 1; }
     }
     llama_log_set([](enum ggml_log_level, const char *, void *) {}, nullptr);
@@ -126,7 +128,7 @@ int main(int argc, char ** argv) {
         if (teacher) next = forced[step];
         else next = std::max_element(logits, logits + n_vocab) - logits;
         out_ids.push_back(next);
-        if (!teacher && llama_vocab_is_eog(vocab, next)) break;
+        if (!teacher && !ignore_eog && llama_vocab_is_eog(vocab, next)) break;
         if (step + 1 == n_predict) break;
         run(&next, 1, pos);
         pos++;

@@ -1,6 +1,7 @@
-//! The decoder stack shared by every architecture: Llama (pre-norm, SwiGLU,
-//! normal RoPE) and the Gemma 3 family (√n_embd input scale, QK norm,
-//! sandwich norms, GELU, NeoX RoPE, sliding-window layers).
+//! The decoder stack every architecture runs: pre-norm blocks of attention
+//! and a gated feed-forward, with what sets a family apart (norms, biases,
+//! RoPE layout, activation, soft-caps, windows, multipliers) read from its
+//! [`crate::family::Family`] and from the tensors its file has.
 //!
 //! A forward runs a batch of `T` tokens through all layers with activations
 //! as `T × width` row-major f32 in a [`Workspace`]; every projection is one
@@ -16,57 +17,24 @@
 
 use std::ops::Range;
 
-use half::f16;
+mod buffers;
+mod tensors;
+
 use lamina_gguf::Gguf;
 use lamina_kernels::attention::{AttnShape, KvRows, attention};
-use lamina_kernels::matmul::Scratch;
 use lamina_kernels::ops;
-use lamina_kernels::pool::{Span, ThreadPool, rows2};
+use lamina_kernels::pool::{ThreadPool, rows2};
+
+pub use buffers::{Buffers, KvCache, KvType, Workspace};
+pub use tensors::Layer;
 
 use crate::ModelError;
-use crate::hparams::{Arch, HParams, Window};
+use crate::family::{Activation, Head};
+use crate::hparams::{HParams, Window};
 use crate::load::LoadOptions;
 use crate::tokenizer::Tokenizer;
 use crate::weights::{Linear, Loader, Store, forward_many, store_panels};
-
-/// One block's weights.
-#[derive(Debug)]
-pub struct Layer {
-    attn_norm: Vec<f32>,
-    wq: Linear,
-    wk: Linear,
-    wv: Linear,
-    wo: Linear,
-    q_norm: Option<Vec<f32>>,
-    k_norm: Option<Vec<f32>>,
-    post_attn_norm: Option<Vec<f32>>,
-    ffn_norm: Vec<f32>,
-    gate: Linear,
-    up: Linear,
-    down: Linear,
-    post_ffn_norm: Option<Vec<f32>>,
-}
-
-impl Layer {
-    /// The block's seven weight matrices.
-    fn matrices(&self) -> [&Linear; 7] {
-        [
-            &self.wq, &self.wk, &self.wv, &self.wo, &self.gate, &self.up, &self.down,
-        ]
-    }
-
-    fn matrices_mut(&mut self) -> [&mut Linear; 7] {
-        [
-            &mut self.wq,
-            &mut self.wk,
-            &mut self.wv,
-            &mut self.wo,
-            &mut self.gate,
-            &mut self.up,
-            &mut self.down,
-        ]
-    }
-}
+use tensors::{RopeFactors, optional};
 
 /// A loaded model: the mapped file and where each weight lies in it.
 pub struct Model {
@@ -78,7 +46,9 @@ pub struct Model {
     output_norm: Vec<f32>,
     /// The LM head (the token embedding when tied); `None` for embedding models.
     output: Option<Linear>,
-    rope_freqs: Option<Vec<f32>>,
+    /// The LM head's bias (Qwen 2 files may have one).
+    output_bias: Option<Vec<f32>>,
+    rope_factors: RopeFactors,
     layers: Vec<Layer>,
     /// Sentence-transformers dense head (`dense_2`, `dense_3`), applied after pooling.
     pub(crate) dense: Vec<Linear>,
@@ -108,47 +78,25 @@ impl Model {
         let hp = HParams::from_gguf(&file)?;
         let panels = panels(&hp);
         let ld = Loader { g: &file };
-        let (d, qd, kvd, ff, hd) = (hp.n_embd, hp.q_dim(), hp.kv_dim(), hp.n_ff, hp.head_dim);
-        let gemma = hp.arch.is_gemma();
-        let mut layers = Vec::with_capacity(hp.n_layer);
-        for il in 0..hp.n_layer {
-            let n = |s: &str| format!("blk.{il}.{s}.weight");
-            let opt_vec = |s: &str, len: usize| -> Result<Option<Vec<f32>>, ModelError> {
-                if gemma {
-                    ld.vector(&n(s), len).map(Some)
-                } else {
-                    Ok(None)
-                }
-            };
-            layers.push(Layer {
-                attn_norm: ld.vector(&n("attn_norm"), d)?,
-                wq: ld.linear(&n("attn_q"), d, qd)?,
-                wk: ld.linear(&n("attn_k"), d, kvd)?,
-                wv: ld.linear(&n("attn_v"), d, kvd)?,
-                wo: ld.linear(&n("attn_output"), qd, d)?,
-                q_norm: opt_vec("attn_q_norm", hd)?,
-                k_norm: opt_vec("attn_k_norm", hd)?,
-                post_attn_norm: opt_vec("post_attention_norm", d)?,
-                ffn_norm: ld.vector(&n("ffn_norm"), d)?,
-                gate: ld.linear(&n("ffn_gate"), d, ff)?,
-                up: ld.linear(&n("ffn_up"), d, ff)?,
-                down: ld.linear(&n("ffn_down"), ff, d)?,
-                post_ffn_norm: opt_vec("post_ffw_norm", d)?,
-            });
-        }
+        let d = hp.n_embd;
+        let layers = (0..hp.n_layer)
+            .map(|il| Layer::load(&ld, &hp, il))
+            .collect::<Result<Vec<_>, _>>()?;
         let tok_embd = ld.linear("token_embd.weight", d, hp.n_vocab)?;
-        let output = match hp.arch {
-            Arch::GemmaEmbedding => None,
-            _ if ld.has("output.weight") => Some(ld.linear("output.weight", d, hp.n_vocab)?),
-            _ => Some(tok_embd.clone()),
+        let output = match hp.family.head {
+            Head::Pooled => None,
+            Head::Lm if ld.has("output.weight") => {
+                Some(ld.linear("output.weight", d, hp.n_vocab)?)
+            }
+            Head::Lm | Head::TiedLm => Some(tok_embd.clone()),
         };
-        let rope_freqs = if ld.has("rope_freqs.weight") {
-            Some(ld.vector("rope_freqs.weight", hp.rope_dims / 2)?)
-        } else {
-            None
+        let output_bias = match output {
+            Some(_) => optional(&ld, "output.bias", hp.n_vocab)?,
+            None => None,
         };
+        let rope_factors = RopeFactors::load(&ld, &hp)?;
         let mut dense = Vec::new();
-        if hp.arch == Arch::GemmaEmbedding {
+        if hp.family.is_embedding() {
             let mut width = d;
             for name in ["dense_2.weight", "dense_3.weight"] {
                 if let Some(info) = file.tensor(name) {
@@ -162,8 +110,7 @@ impl Model {
             }
         }
         let output_norm = ld.vector("output_norm.weight", d)?;
-        let mut tok_embd = tok_embd;
-        let mut output = output;
+        let (mut tok_embd, mut output, mut layers) = (tok_embd, output, layers);
         let panels = if !panels {
             None
         } else {
@@ -192,7 +139,8 @@ impl Model {
             tok_embd,
             output_norm,
             output,
-            rope_freqs,
+            output_bias,
+            rope_factors,
             layers,
             dense,
             file,
@@ -325,7 +273,7 @@ impl Model {
         }
         bufs.t = t;
         self.embed_tokens(bufs, tokens)?;
-        self.rope_tables(bufs, &pos[..t], pool);
+        self.rope_tables(bufs, &pos[..t], self.hp.n_ctx_orig, pool);
         let causal = self.hp.causal;
         for il in 0..self.hp.n_layer {
             let window = self.hp.layer_window(il);
@@ -388,7 +336,7 @@ impl Model {
         }
         bufs.t = t;
         self.embed_tokens(bufs, tokens)?;
-        self.rope_tables(bufs, &pos[..t], pool);
+        self.rope_tables(bufs, &pos[..t], cache.n_ctx, pool);
         for il in 0..self.hp.n_layer {
             let window = self.hp.layer_window(il);
             // Query `i` sits at cache row `p0 + i`.
@@ -404,6 +352,11 @@ impl Model {
         let first = t - n_out;
         let x = &bufs.xn[first * d..t * d];
         output.forward(self.store(), x, n_out, logits, &mut bufs.scratch, pool)?;
+        if let Some(b) = &self.output_bias {
+            logits
+                .chunks_exact_mut(self.hp.n_vocab)
+                .for_each(|row| ops::add_in_place(row, b));
+        }
         if self.hp.logit_scale != 1.0 {
             ops::scale(logits, 1.0 / self.hp.logit_scale);
         }
@@ -413,12 +366,13 @@ impl Model {
         Ok(())
     }
 
-    /// The batch's RoPE tables (`b.rope`), once per forward instead of once
-    /// per layer and per Q and K: the same values, computed the same way.
-    fn rope_tables(&self, b: &mut Buffers, pos: &[usize], pool: &dyn ThreadPool) {
+    /// The batch's RoPE tables (`b.rope`) for a context of `n_ctx`
+    /// positions, once per forward instead of once per layer and per Q and
+    /// K: the same values, computed the same way.
+    fn rope_tables(&self, b: &mut Buffers, pos: &[usize], n_ctx: usize, pool: &dyn ThreadPool) {
         let hp = &self.hp;
         let (t, rd) = (b.t, hp.rope_dims);
-        let factors = self.rope_freqs.as_deref();
+        let factors = self.rope_factors.for_context(n_ctx, hp.n_ctx_orig);
         let (global, swa) = b.rope[..2 * t * rd].split_at_mut(t * rd);
         let swa = if hp.swa_layers.iter().any(|&s| s) {
             swa
@@ -429,6 +383,9 @@ impl Model {
             for (cs, base) in [(g, hp.rope_base), (w, hp.rope_base_swa)] {
                 if !cs.is_empty() {
                     ops::rope_table(pos[i], rd, base, hp.rope_freq_scale, factors, cs);
+                    if hp.rope_attn_factor != 1.0 {
+                        ops::scale(cs, hp.rope_attn_factor);
+                    }
                 }
             }
         });
@@ -500,6 +457,10 @@ impl Model {
             &mut b.q[..t * qd],
             &mut b.k[..t * kvd],
             &|i, q, k| {
+                if let (Some(bq), Some(bk)) = (&l.bq, &l.bk) {
+                    ops::add_in_place(q, bq);
+                    ops::add_in_place(k, bk);
+                }
                 if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
                     q.chunks_exact_mut(hd)
                         .for_each(|h| ops::rms_norm_weighted_in_place(h, qn, eps));
@@ -511,6 +472,12 @@ impl Model {
                 ops::rope_apply(k, hd, cs, hp.rope_layout);
             },
         );
+
+        if let Some(bv) = &l.bv {
+            rows2(pool, t, &mut b.v[..t * kvd], &mut [], &|_, v, _| {
+                ops::add_in_place(v, bv)
+            });
+        }
 
         let shape = AttnShape {
             n_head: hp.n_head,
@@ -546,6 +513,9 @@ impl Model {
 
         let o = &mut b.o[..t * d];
         l.wo.forward(f, &b.att[..t * qd], t, o, &mut b.scratch, pool)?;
+        if let Some(bo) = &l.bo {
+            rows2(pool, t, o, &mut [], &|_, o, _| ops::add_in_place(o, bo));
+        }
         self.residual(&l.post_attn_norm, t, o, &mut b.x[..t * d], pool);
 
         let x = &b.x[..t * d];
@@ -563,7 +533,7 @@ impl Model {
             pool,
         )?;
         let (g, u) = (&mut b.gate[..t * ff], &b.up[..t * ff]);
-        let gelu = hp.arch.is_gemma();
+        let gelu = hp.family.activation == Activation::Gelu;
         rows2(pool, t, g, &mut [], &|i, g, _| {
             let u = &u[i * ff..(i + 1) * ff];
             if gelu {
@@ -606,171 +576,5 @@ fn window_range(w: Window, i: usize) -> (usize, usize) {
         Window::Symmetric(n) => (i.saturating_sub(n / 2), i + n / 2 + 1),
         Window::Trailing(n) => ((i + 1).saturating_sub(n), usize::MAX),
         Window::None => (0, usize::MAX),
-    }
-}
-
-/// Activation buffers of a forward pass, sized for a number of tokens.
-#[derive(Debug, Default)]
-pub struct Buffers {
-    /// Tokens in the current batch.
-    t: usize,
-    /// Residual stream, `T × n_embd`.
-    x: Vec<f32>,
-    /// Normed input of a projection, `T × n_embd` (final hidden state at the end).
-    xn: Vec<f32>,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    att: Vec<f32>,
-    o: Vec<f32>,
-    gate: Vec<f32>,
-    up: Vec<f32>,
-    /// RoPE cosine and sine tables of the batch's positions ([`ops::rope_table`]):
-    /// `T × rope_dims` for the global base, then as many for the sliding-window
-    /// layers' base where the model has such layers.
-    rope: Vec<f32>,
-    scratch: Scratch,
-}
-
-/// Everything a forward pass writes, reused across calls.
-#[derive(Debug, Default)]
-pub struct Workspace {
-    bufs: Buffers,
-    pos: Vec<usize>,
-    /// Per token: the batch range of its sequence.
-    seq: Vec<(usize, usize)>,
-    n_embd: usize,
-}
-
-impl Workspace {
-    /// A workspace already sized for batches of `tokens`.
-    pub fn new(hp: &HParams, tokens: usize) -> Workspace {
-        let mut ws = Workspace::default();
-        ws.ensure(hp, tokens);
-        ws
-    }
-
-    /// Grows (never shrinks) the buffers for `tokens`; allocates only when growing.
-    pub fn ensure(&mut self, hp: &HParams, tokens: usize) {
-        let b = &mut self.bufs;
-        if b.x.len() >= tokens * hp.n_embd
-            && b.gate.len() >= tokens * hp.n_ff
-            && b.q.len() >= tokens * hp.q_dim()
-            && b.k.len() >= tokens * hp.kv_dim()
-            && b.rope.len() >= 2 * tokens * hp.rope_dims
-        {
-            return;
-        }
-        let grow = |v: &mut Vec<f32>, n: usize| v.resize(n.max(v.len()), 0.0);
-        grow(&mut b.x, tokens * hp.n_embd);
-        grow(&mut b.xn, tokens * hp.n_embd);
-        grow(&mut b.o, tokens * hp.n_embd);
-        grow(&mut b.q, tokens * hp.q_dim());
-        grow(&mut b.att, tokens * hp.q_dim());
-        grow(&mut b.k, tokens * hp.kv_dim());
-        grow(&mut b.v, tokens * hp.kv_dim());
-        grow(&mut b.gate, tokens * hp.n_ff);
-        grow(&mut b.up, tokens * hp.n_ff);
-        grow(&mut b.rope, 2 * tokens * hp.rope_dims);
-        self.pos.resize(tokens.max(self.pos.len()), 0);
-        self.seq.resize(tokens.max(self.seq.len()), (0, 0));
-        // Quantized activations of the widest input; F32 (4 bytes a value) is the worst case.
-        let widest = hp.n_embd.max(hp.n_ff).max(hp.q_dim());
-        b.scratch.reserve_bytes(tokens * widest * 4);
-        self.n_embd = hp.n_embd;
-    }
-
-    /// The final-normed hidden states of the last forward: `T × n_embd`.
-    pub fn hidden(&self) -> &[f32] {
-        &self.bufs.xn[..self.bufs.t * self.n_embd]
-    }
-}
-
-/// Keys and values of past positions, per layer, for one sequence.
-#[derive(Debug)]
-pub struct KvCache {
-    n_ctx: usize,
-    kv_dim: usize,
-    /// Positions filled.
-    len: usize,
-    layers: Vec<(KvBuf, KvBuf)>,
-}
-
-/// The element type of the cache.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KvType {
-    F16,
-    F32,
-}
-
-#[derive(Debug)]
-enum KvBuf {
-    F16(Vec<f16>),
-    F32(Vec<f32>),
-}
-
-impl KvCache {
-    /// A cache of `n_ctx` positions (all allocated now).
-    pub fn new(hp: &HParams, n_ctx: usize, ty: KvType) -> KvCache {
-        let n = n_ctx * hp.kv_dim();
-        let buf = || match ty {
-            KvType::F16 => KvBuf::F16(vec![f16::ZERO; n]),
-            KvType::F32 => KvBuf::F32(vec![0.0; n]),
-        };
-        KvCache {
-            n_ctx,
-            kv_dim: hp.kv_dim(),
-            len: 0,
-            layers: (0..hp.n_layer).map(|_| (buf(), buf())).collect(),
-        }
-    }
-
-    /// Positions filled.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-    /// Capacity in positions.
-    pub fn n_ctx(&self) -> usize {
-        self.n_ctx
-    }
-    /// Forgets positions from `len` on (to reuse a common prefix).
-    pub fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
-    }
-
-    fn store(&mut self, il: usize, p0: usize, k: &[f32], v: &[f32]) {
-        let at = p0 * self.kv_dim;
-        let (kb, vb) = &mut self.layers[il];
-        for (src, dst) in [(k, kb), (v, vb)] {
-            match dst {
-                KvBuf::F16(d) => ops::f32_to_f16(src, &mut d[at..at + src.len()]),
-                KvBuf::F32(d) => d[at..at + src.len()].copy_from_slice(src),
-            }
-        }
-    }
-
-    /// The memory of layer `il`'s first `n` key and value rows.
-    fn spans(&self, il: usize, n: usize) -> [Span; 2] {
-        let m = n * self.kv_dim;
-        let (k, v) = &self.layers[il];
-        [k, v].map(|b| match b {
-            KvBuf::F16(d) => Span::of(&d[..m]),
-            KvBuf::F32(d) => Span::of(&d[..m]),
-        })
-    }
-
-    fn rows(&self, il: usize, n: usize) -> (KvRows<'_>, KvRows<'_>) {
-        fn view(b: &KvBuf, m: usize) -> KvRows<'_> {
-            match b {
-                KvBuf::F16(d) => KvRows::F16(&d[..m]),
-                KvBuf::F32(d) => KvRows::F32(&d[..m]),
-            }
-        }
-        let m = n * self.kv_dim;
-        let (k, v) = &self.layers[il];
-        (view(k, m), view(v, m))
     }
 }

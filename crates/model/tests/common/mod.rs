@@ -9,6 +9,8 @@ use sha2::{Digest, Sha256};
 
 pub use lamina_testkit::{embedding_model, present, required, say_skipped, skip_or_fail};
 
+pub mod checkpoint;
+
 pub fn testdata(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../testdata/generate")

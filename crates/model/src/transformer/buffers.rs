@@ -1,0 +1,176 @@
+//! What a forward pass writes: activation buffers ([`Workspace`]) and the
+//! keys and values of past positions ([`KvCache`]).
+
+use half::f16;
+use lamina_kernels::attention::KvRows;
+use lamina_kernels::matmul::Scratch;
+use lamina_kernels::ops;
+use lamina_kernels::pool::Span;
+
+use crate::hparams::HParams;
+
+/// Activation buffers of a forward pass, sized for a number of tokens.
+#[derive(Debug, Default)]
+pub struct Buffers {
+    /// Tokens in the current batch.
+    pub(super) t: usize,
+    /// Residual stream, `T × n_embd`.
+    pub(super) x: Vec<f32>,
+    /// Normed input of a projection, `T × n_embd` (final hidden state at the end).
+    pub(super) xn: Vec<f32>,
+    pub(super) q: Vec<f32>,
+    pub(super) k: Vec<f32>,
+    pub(super) v: Vec<f32>,
+    pub(super) att: Vec<f32>,
+    pub(super) o: Vec<f32>,
+    pub(super) gate: Vec<f32>,
+    pub(super) up: Vec<f32>,
+    /// RoPE cosine and sine tables of the batch's positions ([`ops::rope_table`]):
+    /// `T × rope_dims` for the global base, then as many for the sliding-window
+    /// layers' base where the model has such layers.
+    pub(super) rope: Vec<f32>,
+    pub(super) scratch: Scratch,
+}
+
+/// Everything a forward pass writes, reused across calls.
+#[derive(Debug, Default)]
+pub struct Workspace {
+    pub(super) bufs: Buffers,
+    pub(super) pos: Vec<usize>,
+    /// Per token: the batch range of its sequence.
+    pub(super) seq: Vec<(usize, usize)>,
+    pub(super) n_embd: usize,
+}
+
+impl Workspace {
+    /// A workspace already sized for batches of `tokens`.
+    pub fn new(hp: &HParams, tokens: usize) -> Workspace {
+        let mut ws = Workspace::default();
+        ws.ensure(hp, tokens);
+        ws
+    }
+
+    /// Grows (never shrinks) the buffers for `tokens`; allocates only when growing.
+    pub fn ensure(&mut self, hp: &HParams, tokens: usize) {
+        let b = &mut self.bufs;
+        if b.x.len() >= tokens * hp.n_embd
+            && b.gate.len() >= tokens * hp.n_ff
+            && b.q.len() >= tokens * hp.q_dim()
+            && b.k.len() >= tokens * hp.kv_dim()
+            && b.rope.len() >= 2 * tokens * hp.rope_dims
+        {
+            return;
+        }
+        let grow = |v: &mut Vec<f32>, n: usize| v.resize(n.max(v.len()), 0.0);
+        grow(&mut b.x, tokens * hp.n_embd);
+        grow(&mut b.xn, tokens * hp.n_embd);
+        grow(&mut b.o, tokens * hp.n_embd);
+        grow(&mut b.q, tokens * hp.q_dim());
+        grow(&mut b.att, tokens * hp.q_dim());
+        grow(&mut b.k, tokens * hp.kv_dim());
+        grow(&mut b.v, tokens * hp.kv_dim());
+        grow(&mut b.gate, tokens * hp.n_ff);
+        grow(&mut b.up, tokens * hp.n_ff);
+        grow(&mut b.rope, 2 * tokens * hp.rope_dims);
+        self.pos.resize(tokens.max(self.pos.len()), 0);
+        self.seq.resize(tokens.max(self.seq.len()), (0, 0));
+        // Quantized activations of the widest input; F32 (4 bytes a value) is the worst case.
+        let widest = hp.n_embd.max(hp.n_ff).max(hp.q_dim());
+        b.scratch.reserve_bytes(tokens * widest * 4);
+        self.n_embd = hp.n_embd;
+    }
+
+    /// The final-normed hidden states of the last forward: `T × n_embd`.
+    pub fn hidden(&self) -> &[f32] {
+        &self.bufs.xn[..self.bufs.t * self.n_embd]
+    }
+}
+
+/// Keys and values of past positions, per layer, for one sequence.
+#[derive(Debug)]
+pub struct KvCache {
+    pub(super) n_ctx: usize,
+    kv_dim: usize,
+    /// Positions filled.
+    pub(super) len: usize,
+    layers: Vec<(KvBuf, KvBuf)>,
+}
+
+/// The element type of the cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvType {
+    F16,
+    F32,
+}
+
+#[derive(Debug)]
+enum KvBuf {
+    F16(Vec<f16>),
+    F32(Vec<f32>),
+}
+
+impl KvCache {
+    /// A cache of `n_ctx` positions (all allocated now).
+    pub fn new(hp: &HParams, n_ctx: usize, ty: KvType) -> KvCache {
+        let n = n_ctx * hp.kv_dim();
+        let buf = || match ty {
+            KvType::F16 => KvBuf::F16(vec![f16::ZERO; n]),
+            KvType::F32 => KvBuf::F32(vec![0.0; n]),
+        };
+        KvCache {
+            n_ctx,
+            kv_dim: hp.kv_dim(),
+            len: 0,
+            layers: (0..hp.n_layer).map(|_| (buf(), buf())).collect(),
+        }
+    }
+
+    /// Positions filled.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Capacity in positions.
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+    /// Forgets positions from `len` on (to reuse a common prefix).
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    pub(super) fn store(&mut self, il: usize, p0: usize, k: &[f32], v: &[f32]) {
+        let at = p0 * self.kv_dim;
+        let (kb, vb) = &mut self.layers[il];
+        for (src, dst) in [(k, kb), (v, vb)] {
+            match dst {
+                KvBuf::F16(d) => ops::f32_to_f16(src, &mut d[at..at + src.len()]),
+                KvBuf::F32(d) => d[at..at + src.len()].copy_from_slice(src),
+            }
+        }
+    }
+
+    /// The memory of layer `il`'s first `n` key and value rows.
+    pub(super) fn spans(&self, il: usize, n: usize) -> [Span; 2] {
+        let m = n * self.kv_dim;
+        let (k, v) = &self.layers[il];
+        [k, v].map(|b| match b {
+            KvBuf::F16(d) => Span::of(&d[..m]),
+            KvBuf::F32(d) => Span::of(&d[..m]),
+        })
+    }
+
+    pub(super) fn rows(&self, il: usize, n: usize) -> (KvRows<'_>, KvRows<'_>) {
+        fn view(b: &KvBuf, m: usize) -> KvRows<'_> {
+            match b {
+                KvBuf::F16(d) => KvRows::F16(&d[..m]),
+                KvBuf::F32(d) => KvRows::F32(&d[..m]),
+            }
+        }
+        let m = n * self.kv_dim;
+        let (k, v) = &self.layers[il];
+        (view(k, m), view(v, m))
+    }
+}
