@@ -21,6 +21,8 @@
 //!   at least twice the last-level cache ([`crate::bench_rules`]).
 //!   Both engines run at their defaults (weights mapped from the file) with
 //!   one warm-up run each; llama.cpp also with `OMP_WAIT_POLICY=passive`.
+//!   `--synth SHAPE[,...] [--type q4_k_m]` measures random-weight files of
+//!   real shapes instead (see [`crate::bench_synth`]).
 //!
 //! The load average is sampled during the run; on a busy machine (load
 //! beyond the benchmark's own threads over half the cores) no headline table
@@ -104,6 +106,8 @@ pub(crate) struct Args {
     reps: usize,
     #[command(flatten)]
     serve: crate::serve::ServeArgs,
+    #[command(flatten)]
+    synth: crate::bench_synth::SynthArgs,
     /// Print the table even when the machine was busy (labelled so, and the
     /// command still fails): such figures are not for docs/BENCHMARKS.md.
     #[arg(long)]
@@ -160,6 +164,15 @@ pub(crate) fn run_cmd(args: Args) -> Result<()> {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     ensure!(threads >= 1, "--threads must be at least 1");
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    ensure!(
+        !args.synth.is_set() || matches!(args.what, Workload::Generate | Workload::All),
+        "--synth applies to `bench generate` only"
+    );
+    ensure!(
+        !args.synth.is_set() || args.model.is_none(),
+        "--synth and -m name different models: pass one"
+    );
+    crate::bench_synth::prepare(&args.synth, threads, cores)?;
     let load = load_average();
     if let Some(why) = rules::busy(load, &[], threads, cores) {
         eprintln!("warning: {why}: the machine is busy; no headline table will be printed");
@@ -1219,9 +1232,10 @@ fn is_missing_subcommand(stderr: &str) -> bool {
 }
 
 fn generate(args: &Args, threads: usize, report: &mut Report) -> Result<()> {
-    let files: Vec<PathBuf> = match &args.model {
-        Some(m) => vec![resolve_model(m)?],
-        None => {
+    let files: Vec<PathBuf> = match (crate::bench_synth::files(&args.synth)?, &args.model) {
+        (Some(files), _) => files,
+        (None, Some(m)) => vec![resolve_model(m)?],
+        (None, None) => {
             let dir = models::default_dir()?;
             let mut v = Vec::new();
             for name in GENERATE_MODELS {

@@ -18,15 +18,19 @@
 //! * `cargo xtask bench [embed|generate|kernels|criterion|serve|all]` measures lamina and
 //!   llama.cpp side by side (see [`bench`](mod@bench)).
 //! * `cargo xtask profile WORKLOAD` records a CPU profile (see [`profile`]).
+//! * `cargo xtask synth SHAPE TYPE [OUT]` writes a random-weight GGUF of a
+//!   real model's shape (see [`synth`]).
 //! * `cargo xtask validate [--live] [--require-models] [--fast | --only CHECKS]` runs the
 //!   fidelity checks against llama.cpp's gold (see [`validate`]).
 
 mod bench;
 mod bench_rules;
+mod bench_synth;
 mod llama_cpp;
 mod models;
 mod profile;
 mod serve;
+mod synth;
 mod tidy;
 mod validate;
 
@@ -80,6 +84,9 @@ enum Command {
     Profile(profile::Args),
     /// Fidelity checks against the gold files (and llama.cpp with --live).
     Validate(validate::Args),
+    /// Write a random-weight GGUF of a real model's shape (Llama 3, Qwen 2.5/3, Phi-3, Gemma 2,
+    /// Granite, SmolLM2).
+    Synth(synth::Args),
 }
 
 fn main() -> Result<()> {
@@ -136,6 +143,7 @@ fn main() -> Result<()> {
         Command::Bench(args) => bench::run_cmd(args),
         Command::Profile(args) => profile::run_cmd(args),
         Command::Validate(args) => validate::run_cmd(args),
+        Command::Synth(args) => synth::run_cmd(args),
     }
 }
 
