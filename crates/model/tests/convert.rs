@@ -1,10 +1,13 @@
 //! `lamina_model::convert` against llama.cpp's Python converter (gold in
 //! testdata/convert/) and on small checkpoints the tests build themselves.
 
+mod common;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use lamina_gguf::{GgmlType, Gguf, Value, ValueType};
+use common::summary::{hex, summarise};
+use lamina_gguf::{GgmlType, Gguf};
 use lamina_model::convert::{ConvertOptions, OutType, Progress, convert};
 use lamina_testkit::models_dir;
 use serde_json::{Value as Json, json};
@@ -20,76 +23,6 @@ fn embeddinggemma_dir() -> PathBuf {
         dir.display()
     );
     dir
-}
-
-/// SHA-256 of `bytes`, as hex.
-fn hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-fn type_name(t: ValueType) -> &'static str {
-    match t {
-        ValueType::U8 => "UINT8",
-        ValueType::I8 => "INT8",
-        ValueType::U16 => "UINT16",
-        ValueType::I16 => "INT16",
-        ValueType::U32 => "UINT32",
-        ValueType::I32 => "INT32",
-        ValueType::F32 => "FLOAT32",
-        ValueType::Bool => "BOOL",
-        ValueType::String => "STRING",
-        ValueType::Array => "ARRAY",
-        ValueType::U64 => "UINT64",
-        ValueType::I64 => "INT64",
-        ValueType::F64 => "FLOAT64",
-    }
-}
-
-/// The same summary testdata/convert/make_gold.py writes.
-fn summarise(path: &Path) -> Json {
-    let g = Gguf::open(path).unwrap();
-    let mut meta = Vec::new();
-    for (key, v) in g.metadata() {
-        let mut e = json!({"key": key, "type": type_name(v.value_type())});
-        match v {
-            Value::Array(a) => {
-                let payload: Vec<u8> = match a.raw_scalars() {
-                    Some(raw) => raw.to_vec(),
-                    None => a
-                        .strings()
-                        .expect("string array")
-                        .flat_map(|s| {
-                            (s.len() as u64)
-                                .to_le_bytes()
-                                .into_iter()
-                                .chain(s.iter().copied())
-                        })
-                        .collect(),
-                };
-                e["elem_type"] = json!(type_name(a.elem_type()));
-                e["len"] = json!(a.len());
-                e["sha256"] = json!(hex(&payload));
-            }
-            Value::String(s) => e["value"] = json!(String::from_utf8(s.to_vec()).unwrap()),
-            Value::Bool(b) => e["value"] = json!(b),
-            Value::F32(f) => e["value"] = json!(f64::from(f)),
-            Value::F64(f) => e["value"] = json!(f),
-            other => e["value"] = json!(other.as_integer().unwrap() as i64),
-        }
-        meta.push(e);
-    }
-    let tensors: Vec<Json> = g
-        .tensors()
-        .iter()
-        .map(|t| {
-            json!({"name": t.name, "type": t.ggml_type.name(), "shape": t.shape,
-                   "sha256": hex(g.tensor_data(t))})
-        })
-        .collect();
-    json!({"metadata": meta, "tensors": tensors})
 }
 
 fn compare_with_gold(ours: &Json, gold: &Json) {

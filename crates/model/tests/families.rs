@@ -52,31 +52,7 @@ const PROMPTS: [&str; 3] = ["short", "long", "list"];
 const F32_SLACK: f32 = 2e-3;
 
 fn gold_file(family: &str, rel: &str) -> Gold {
-    let v = read_json(&families_dir().join(family).join(rel));
-    let ids = |k: &str| -> Vec<u32> {
-        v[k].as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap() as u32)
-            .collect()
-    };
-    let top = v["top"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|step| {
-            step.as_array()
-                .unwrap()
-                .iter()
-                .map(|p| (p[0].as_u64().unwrap() as u32, p[1].as_f64().unwrap() as f32))
-                .collect()
-        })
-        .collect();
-    Gold {
-        prompt_ids: ids("prompt_ids"),
-        ids: ids("ids"),
-        top,
-    }
+    common::gold_at(&families_dir().join(family).join(rel))
 }
 
 /// The SHA-256 `files.sha256` records for `FAMILY-QUANT.gguf`.

@@ -135,24 +135,33 @@ pub fn build(dir: &Path, model: &Model) -> Result<Vocab> {
     Ok(Vocab { n_tokens, entries })
 }
 
-/// `_create_vocab_sentencepiece` + the list part of `_set_vocab_sentencepiece`.
-fn sentencepiece(
+/// The keys of a SentencePiece vocabulary, in the Python converter's order.
+pub(super) fn push_piece_table(entries: &mut Vec<(String, OwnedValue)>, table: PieceTable) {
+    let (tokens, scores, types) = table;
+    entries.push(("tokenizer.ggml.model".into(), OwnedValue::string("llama")));
+    entries.push(("tokenizer.ggml.pre".into(), OwnedValue::string("default")));
+    entries.push(("tokenizer.ggml.tokens".into(), bytes_array(tokens)));
+    entries.push((
+        "tokenizer.ggml.scores".into(),
+        OwnedValue::f32_array(scores),
+    ));
+    entries.push((
+        "tokenizer.ggml.token_type".into(),
+        OwnedValue::i32_array(types),
+    ));
+}
+
+/// Per id: token bytes, score and token type.
+pub(super) type PieceTable = (Vec<Vec<u8>>, Vec<f32>, Vec<i32>);
+
+/// Tokens, scores and types of `vocab_size` ids: the SentencePiece pieces,
+/// `[PAD<i>]` past them, then `added_tokens.json` over them (the Python
+/// converter's `_create_vocab_sentencepiece`).
+pub(super) fn piece_table(
+    sp: &spm_proto::SpmModel,
+    vocab_size: usize,
     dir: &Path,
-    model: &Model,
-    entries: &mut Vec<(String, OwnedValue)>,
-) -> Result<usize> {
-    let path = dir.join("tokenizer.model");
-    let bytes = std::fs::read(&path).map_err(io_err(&path))?;
-    let sp = spm_proto::parse(&bytes)?;
-    let vocab_size = model
-        .vocab_size(&["vocab_size_per_layer_input", "vocab_size"])
-        .filter(|&v| v > 0)
-        .unwrap_or(sp.pieces.len());
-    if vocab_size > 16 << 20 {
-        return Err(Error::Config(format!(
-            "config.json: vocab_size {vocab_size} is implausibly large"
-        )));
-    }
+) -> Result<PieceTable> {
     let mut tokens: Vec<Vec<u8>> = (0..vocab_size)
         .map(|i| format!("[PAD{i}]").into_bytes())
         .collect();
@@ -178,6 +187,28 @@ fn sentencepiece(
             types[id] = USER_DEFINED;
         }
     }
+    Ok((tokens, scores, types))
+}
+
+/// `_create_vocab_sentencepiece` + the list part of `_set_vocab_sentencepiece`.
+fn sentencepiece(
+    dir: &Path,
+    model: &Model,
+    entries: &mut Vec<(String, OwnedValue)>,
+) -> Result<usize> {
+    let path = dir.join("tokenizer.model");
+    let bytes = std::fs::read(&path).map_err(io_err(&path))?;
+    let sp = spm_proto::parse(&bytes)?;
+    let vocab_size = model
+        .vocab_size(&["vocab_size_per_layer_input", "vocab_size"])
+        .filter(|&v| v > 0)
+        .unwrap_or(sp.pieces.len());
+    if vocab_size > 16 << 20 {
+        return Err(Error::Config(format!(
+            "config.json: vocab_size {vocab_size} is implausibly large"
+        )));
+    }
+    let (mut tokens, mut scores, mut types) = piece_table(&sp, vocab_size, dir)?;
     if let Some(tc) = read_opt_json(&dir.join("tokenizer_config.json"))?
         && let Some(Value::Object(decoder)) = tc.get("added_tokens_decoder")
     {
@@ -212,17 +243,7 @@ fn sentencepiece(
         }
     }
     let n = tokens.len();
-    entries.push(("tokenizer.ggml.model".into(), OwnedValue::string("llama")));
-    entries.push(("tokenizer.ggml.pre".into(), OwnedValue::string("default")));
-    entries.push(("tokenizer.ggml.tokens".into(), bytes_array(tokens)));
-    entries.push((
-        "tokenizer.ggml.scores".into(),
-        OwnedValue::f32_array(scores),
-    ));
-    entries.push((
-        "tokenizer.ggml.token_type".into(),
-        OwnedValue::i32_array(types),
-    ));
+    push_piece_table(entries, (tokens, scores, types));
     Ok(n)
 }
 

@@ -10,6 +10,7 @@ use sha2::{Digest, Sha256};
 pub use lamina_testkit::{embedding_model, present, required, say_skipped, skip_or_fail};
 
 pub mod checkpoint;
+pub mod summary;
 
 pub fn testdata(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -68,8 +69,12 @@ pub struct Gold {
 }
 
 pub fn gold(model: &str, file: &str) -> Gold {
-    let path = testdata(&format!("{model}/{file}.json"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    gold_at(&testdata(&format!("{model}/{file}.json")))
+}
+
+/// A gold file `lcpp_gold` wrote.
+pub fn gold_at(path: &Path) -> Gold {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     let ids = |k: &str| -> Vec<u32> {
         v[k].as_array()

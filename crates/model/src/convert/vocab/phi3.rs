@@ -8,9 +8,9 @@ use std::path::Path;
 use lamina_gguf::OwnedValue;
 use serde_json::Value;
 
-use super::{CONTROL, UNUSED, USER_DEFINED, bytes_array, read_opt_json};
+use super::{CONTROL, USER_DEFINED, piece_table, push_piece_table, read_opt_json};
 use crate::convert::arch::Model;
-use crate::convert::spm_proto::{self, piece_type};
+use crate::convert::spm_proto;
 use crate::convert::{Error, Result, io_err};
 
 /// Whether tokenizer_config.json names the GPT-2 (byte-level BPE) tokenizer, as Phi-4 does.
@@ -41,31 +41,7 @@ pub(super) fn sentencepiece(
             sp.pieces.len()
         )));
     }
-    let mut tokens: Vec<Vec<u8>> = (0..vocab_size)
-        .map(|i| format!("[PAD{i}]").into_bytes())
-        .collect();
-    let mut scores = vec![-10000.0f32; vocab_size];
-    let mut types = vec![UNUSED; vocab_size];
-    for (id, p) in sp.pieces.iter().enumerate() {
-        tokens[id] = p.piece.as_bytes().to_vec();
-        scores[id] = p.score;
-        types[id] = match p.kind {
-            piece_type::UNKNOWN | piece_type::CONTROL | piece_type::UNUSED | piece_type::BYTE => {
-                p.kind
-            }
-            _ => piece_type::NORMAL,
-        };
-    }
-    if let Some(Value::Object(added)) = read_opt_json(&dir.join("added_tokens.json"))? {
-        for (key, id) in added {
-            let Some(id) = id.as_u64().map(|i| i as usize).filter(|&i| i < vocab_size) else {
-                continue;
-            };
-            tokens[id] = key.into_bytes();
-            scores[id] = -1000.0;
-            types[id] = USER_DEFINED;
-        }
-    }
+    let (mut tokens, mut scores, mut types) = piece_table(&sp, vocab_size, dir)?;
     let mut set = |id: usize, data: &Value, file: &str| -> Result<()> {
         let content = data
             .get("content")
@@ -110,16 +86,6 @@ pub(super) fn sentencepiece(
             set(id as usize, data, "tokenizer.json")?;
         }
     }
-    entries.push(("tokenizer.ggml.model".into(), OwnedValue::string("llama")));
-    entries.push(("tokenizer.ggml.pre".into(), OwnedValue::string("default")));
-    entries.push(("tokenizer.ggml.tokens".into(), bytes_array(tokens)));
-    entries.push((
-        "tokenizer.ggml.scores".into(),
-        OwnedValue::f32_array(scores),
-    ));
-    entries.push((
-        "tokenizer.ggml.token_type".into(),
-        OwnedValue::i32_array(types),
-    ));
+    push_piece_table(entries, (tokens, scores, types));
     Ok(vocab_size)
 }
