@@ -221,6 +221,9 @@ impl HParams {
             return Err(k.bad("rope.scaling.factor"));
         }
         let rope_attn_factor = k.float("rope.scaling.attn_factor")?.unwrap_or(1.0);
+        if !(rope_attn_factor.is_finite() && rope_attn_factor > 0.0) {
+            return Err(k.bad("rope.scaling.attn_factor"));
+        }
         let n_ctx_orig = k
             .uint("rope.scaling.original_context_length")?
             .unwrap_or(n_ctx_train);

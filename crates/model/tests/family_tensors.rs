@@ -242,6 +242,11 @@ fn unimplemented_features_are_refused_by_name() {
         &[("rope.scaling.type", OwnedValue::string("yarn"))],
     );
     assert!(e.contains("yarn"), "{e}");
+    let e = err(
+        "phi3",
+        &[("rope.scaling.attn_factor", OwnedValue::F32(f32::NAN))],
+    );
+    assert!(e.contains("attn_factor"), "{e}");
     // LongRoPE factors outside Phi-3, or only one of the two.
     let mut ts = separate();
     ts.push(tensor("rope_factors_long.weight", &[D / HEADS / 2], 14));
