@@ -99,14 +99,14 @@ fn unsupported_model_is_named() {
     let e = build(with(
         spm_kvs(),
         "tokenizer.ggml.model",
-        OwnedValue::string("t5"),
+        OwnedValue::string("rwkv"),
     ))
     .unwrap_err();
     assert!(
-        matches!(&e, TokenizerError::UnsupportedModel(m) if m == "t5"),
+        matches!(&e, TokenizerError::UnsupportedModel(m) if m == "rwkv"),
         "{e}"
     );
-    assert!(e.to_string().contains("\"t5\""));
+    assert!(e.to_string().contains("\"rwkv\""));
     let e = build(with(
         bpe_kvs(),
         "tokenizer.ggml.pre",

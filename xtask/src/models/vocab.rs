@@ -26,7 +26,7 @@ pub(super) struct Vocab {
     sha256: &'static str,
 }
 
-pub(super) const VOCABS: [Vocab; 4] = [
+pub(super) const VOCABS: [Vocab; 5] = [
     Vocab {
         name: "ggml-vocab-llama-bpe.gguf",
         size: 7_818_140,
@@ -46,6 +46,12 @@ pub(super) const VOCABS: [Vocab; 4] = [
         name: "ggml-vocab-llama-spm.gguf",
         size: 723_869,
         sha256: "16c3724582d59aa8bf84711894e833f916ee46a31d80e21312759c48bf8d0e69",
+    },
+    // XLM-R's 250k-piece Unigram vocabulary (nomic-embed-text-v2-moe uses it).
+    Vocab {
+        name: "ggml-vocab-nomic-bert-moe.gguf",
+        size: 6_821_877,
+        sha256: "90a6746926454784a98389ad36a36d89bc9cfc81db9cb0f33c941bcc959fe5f9",
     },
 ];
 

@@ -1,6 +1,7 @@
 //! `llama_token_to_piece` and `llama_detokenize`: token ids back to the
 //! bytes they stand for, undoing SentencePiece's space mark or GPT-2's byte
-//! map, then llama.cpp's space clean-up.
+//! map, then llama.cpp's space clean-up. WordPiece and Unigram ids decode
+//! as their Hugging Face decoders do (WordPiece with clean-up, Metaspace).
 
 use super::{Kind, Tokenizer, attr, unicode};
 
@@ -28,7 +29,7 @@ impl Tokenizer {
             out.extend_from_slice(text);
         } else if a & attr::NORMAL != 0 {
             match self.kind {
-                Kind::Spm => unescape_spaces(text, out),
+                Kind::Spm | Kind::Wpm(_) | Kind::Ugm(_) => unescape_spaces(text, out),
                 Kind::Bpe { .. } => gpt2_decode(text, out),
             }
         } else if a & attr::BYTE != 0 {
@@ -38,7 +39,12 @@ impl Tokenizer {
 
     /// `llama_detokenize(ids, remove_special, unparse_special)`, as bytes
     /// (pieces need not be valid UTF-8 on their own or together).
+    /// WordPiece and Unigram: Hugging Face's `decode(ids,
+    /// skip_special_tokens = !unparse_special)`.
     pub fn detokenize(&self, ids: &[u32], remove_special: bool, unparse_special: bool) -> Vec<u8> {
+        if matches!(self.kind, Kind::Wpm(_) | Kind::Ugm(_)) {
+            return self.hf_decode(ids, unparse_special);
+        }
         let mut ids = ids;
         let mut remove_space = self.add_space_prefix;
         if remove_special && self.add_bos && !ids.is_empty() && Some(ids[0]) == self.special.bos {
@@ -68,6 +74,89 @@ impl Tokenizer {
     /// character cut off at the end) becomes U+FFFD.
     pub fn decode(&self, ids: &[u32]) -> String {
         String::from_utf8_lossy(&self.detokenize(ids, false, false)).into_owned()
+    }
+}
+
+impl Tokenizer {
+    /// `tokenizers`' WordPiece decoder (`##` glues, other pieces get a
+    /// space, then its clean-up per piece) or Metaspace decoder (`▁` is a
+    /// space, except in the first piece where a prefix space was added).
+    fn hf_decode(&self, ids: &[u32], keep_special: bool) -> Vec<u8> {
+        let mut out = String::new();
+        let mut piece = String::new();
+        let mut first = true;
+        for &id in ids {
+            let Some(text) = self.token_text(id) else {
+                continue;
+            };
+            let a = self.attrs[id as usize];
+            let special = a & (attr::UNKNOWN | attr::CONTROL) != 0;
+            // Other types (unused fillers, bytes) render as nothing, as
+            // in llama.cpp's token_to_piece.
+            let text_like = a & (attr::NORMAL | attr::USER_DEFINED) != 0;
+            if (special && !keep_special) || (!special && !text_like) {
+                continue;
+            }
+            let text = String::from_utf8_lossy(text);
+            piece.clear();
+            match &self.kind {
+                Kind::Wpm(_) => {
+                    let word = if special || a & attr::USER_DEFINED != 0 {
+                        Some(&*text)
+                    } else {
+                        text.strip_prefix('\u{2581}')
+                    };
+                    match (word, first) {
+                        (Some(w), true) => piece.push_str(w),
+                        (Some(w), false) => {
+                            piece.push(' ');
+                            piece.push_str(w);
+                        }
+                        (None, true) => {
+                            piece.push_str("##");
+                            piece.push_str(&text);
+                        }
+                        (None, false) => piece.push_str(&text),
+                    }
+                    wordpiece_cleanup(&mut piece);
+                }
+                _ => {
+                    let drop_mark = first && self.add_space_prefix;
+                    for c in text.chars() {
+                        match c {
+                            '\u{2581}' if drop_mark => {}
+                            '\u{2581}' => piece.push(' '),
+                            c => piece.push(c),
+                        }
+                    }
+                }
+            }
+            out.push_str(&piece);
+            first = false;
+        }
+        out.into_bytes()
+    }
+}
+
+/// `tokenizers`' WordPiece decoder clean-up, applied to each piece.
+fn wordpiece_cleanup(piece: &mut String) {
+    const RULES: [(&str, &str); 11] = [
+        (" .", "."),
+        (" ?", "?"),
+        (" !", "!"),
+        (" ,", ","),
+        (" ' ", "'"),
+        (" n't", "n't"),
+        (" 'm", "'m"),
+        (" do not", " don't"),
+        (" 's", "'s"),
+        (" 've", "'ve"),
+        (" 're", "'re"),
+    ];
+    for (from, to) in RULES {
+        if piece.contains(from) {
+            *piece = piece.replace(from, to);
+        }
     }
 }
 

@@ -72,15 +72,17 @@ impl Tokenizer {
         Ok(ids)
     }
 
-    /// BOS and EOS that `add_special` adds.
-    fn added(&self, add_special: bool) -> (usize, usize) {
-        if !add_special {
-            return (0, 0);
+    /// The tokens `add_special` puts first and last: BOS and EOS as the
+    /// file says, except that WordPiece always adds BOS and SEP (llama.cpp).
+    pub(crate) fn added_ids(&self, add_special: bool) -> (Option<u32>, Option<u32>) {
+        match (&self.kind, add_special) {
+            (_, false) => (None, None),
+            (Kind::Wpm(_), true) => (self.special.bos, self.special.sep),
+            (_, true) => (
+                self.special.bos.filter(|_| self.add_bos),
+                self.special.eos.filter(|_| self.add_eos),
+            ),
         }
-        (
-            usize::from(self.add_bos && self.special.bos.is_some()),
-            usize::from(self.add_eos && self.special.eos.is_some()),
-        )
     }
 
     /// The encoder; `Err(n)` when it stopped because the text needs at
@@ -93,7 +95,8 @@ impl Tokenizer {
         max_tokens: usize,
         guard: Guard<'_>,
     ) -> Result<Vec<u32>, usize> {
-        let (n_bos, n_eos) = self.added(add_special);
+        let (first, last) = self.added_ids(add_special);
+        let (n_bos, n_eos) = (usize::from(first.is_some()), usize::from(last.is_some()));
         let limited = max_tokens != usize::MAX;
         let bound = if limited { self.span_bound() } else { None };
         // Lower bound of the tokens a piece of the input gives.
@@ -114,9 +117,7 @@ impl Tokenizer {
             0
         };
         let mut out = Vec::with_capacity((text.len() / 3 + 2).min(max_tokens.saturating_add(1)));
-        if add_special && self.add_bos {
-            out.extend(self.special.bos);
-        }
+        out.extend(first);
         let check = |out: &Vec<u32>, rest: usize| {
             let n = out.len().saturating_add(rest);
             if limited && n > max_tokens {
@@ -165,6 +166,34 @@ impl Tokenizer {
                     check(&out, rest)?;
                 }
             }
+            Kind::Wpm(wpm) => {
+                for f in fragments {
+                    rest -= if limited { frag_bound(&f) } else { 0 };
+                    match f {
+                        Fragment::Text { start, end } => {
+                            wpm.tokenize(&text[start..end], self.special.unk, &mut out);
+                        }
+                        Fragment::Token(id) => out.push(id),
+                    }
+                    check(&out, rest)?;
+                }
+            }
+            Kind::Ugm(ugm) => {
+                for f in fragments {
+                    rest -= if limited { frag_bound(&f) } else { 0 };
+                    match f {
+                        Fragment::Text { start, end } => ugm.tokenize(
+                            &text[start..end],
+                            &self.scores,
+                            &self.attrs,
+                            self.special.unk,
+                            &mut out,
+                        ),
+                        Fragment::Token(id) => out.push(id),
+                    }
+                    check(&out, rest)?;
+                }
+            }
             Kind::Bpe {
                 merges,
                 splitters,
@@ -193,9 +222,7 @@ impl Tokenizer {
                 }
             }
         }
-        if add_special && self.add_eos {
-            out.extend(self.special.eos);
-        }
+        out.extend(last);
         Ok(out)
     }
 
@@ -268,6 +295,8 @@ impl Tokenizer {
         let ids = 0..self.tokens.len() as u32;
         let mut covered = [true; 256];
         let span = match &self.kind {
+            // Normalization drops characters, so bytes bound nothing.
+            Kind::Wpm(_) | Kind::Ugm(_) => return None,
             Kind::Spm => {
                 let all_bytes = self.byte_token.iter().all(Option::is_some);
                 if !all_bytes && self.special.unk.is_none() {

@@ -1,30 +1,39 @@
 //! Tokenizers that reproduce llama.cpp's `llama_tokenize` and
 //! `llama_detokenize` token for token, read from GGUF metadata.
 //!
-//! Two vocabulary types are implemented: SentencePiece (`tokenizer.ggml.model
-//! = "llama"`, e.g. Gemma) and byte-level BPE (`"gpt2"`, e.g. SmolLM2, Llama 3,
-//! Qwen2). The pipeline is llama.cpp's: special tokens are cut out of the raw
+//! Four vocabulary types are implemented: SentencePiece (`tokenizer.ggml.model
+//! = "llama"`, e.g. Gemma), byte-level BPE (`"gpt2"`, e.g. SmolLM2, Llama 3,
+//! Qwen2), WordPiece (`"bert"`, BERT-family encoders) and Unigram (`"t5"`,
+//! XLM-R). The pipeline is llama.cpp's: special tokens are cut out of the raw
 //! text first (`special`), then each text fragment goes through the
-//! model's tokenizer (`spm_merge`, or `pretok` + `bpe`). Loading follows
+//! model's tokenizer (`spm_merge`, `pretok` + `bpe`, `wpm` or `ugm`).
+//! WordPiece and Unigram follow the model's own Hugging Face tokenizer
+//! where llama.cpp departs from it (their module docs list where). Loading follows
 //! `llama_vocab::impl::load`, including its defaults and its name-based
 //! fix-ups of token attributes, because those decide which tokens split the
 //! text.
 
+mod bert_chars;
 mod bpe;
 mod decode;
 mod encode;
+mod pair;
 mod pretok;
 mod special;
 mod spm_merge;
 mod stream;
 mod table;
+mod trie;
+mod ugm;
 mod unicode;
+mod wpm;
 
 use std::sync::OnceLock;
 
 use aho_corasick::AhoCorasick;
 use lamina_gguf::{ArrayView, Gguf, Value, ValueType};
 
+pub use pair::PairTemplate;
 pub use stream::StreamDecoder;
 
 use pretok::Splitter;
@@ -41,7 +50,7 @@ pub enum TokenizerError {
     #[error(transparent)]
     Gguf(#[from] lamina_gguf::Error),
     #[error(
-        "tokenizer.ggml.model {0:?} is not supported (only \"llama\" = SentencePiece and \"gpt2\" = byte-level BPE are)"
+        "tokenizer.ggml.model {0:?} is not supported (\"llama\" = SentencePiece, \"gpt2\" = byte-level BPE, \"bert\" = WordPiece and \"t5\" = Unigram are)"
     )]
     UnsupportedModel(String),
     #[error("tokenizer.ggml.pre {0:?} is not a supported pre-tokenizer")]
@@ -74,6 +83,8 @@ pub enum TokenizerError {
     TooManyTokens(usize),
     #[error("pre-tokenizer: {0}")]
     Regex(String),
+    #[error("tokenizer.ggml.precompiled_charsmap: {0}")]
+    BadCharsmap(String),
 }
 
 pub type Result<T, E = TokenizerError> = std::result::Result<T, E>;
@@ -96,6 +107,8 @@ pub mod attr {
 #[derive(Debug)]
 enum Kind {
     Spm,
+    Wpm(wpm::Wpm),
+    Ugm(ugm::Ugm),
     Bpe {
         merges: MergeTable,
         splitters: Vec<Splitter>,
@@ -221,6 +234,17 @@ impl Tokenizer {
                 special.unk = Some(0);
                 (add_bos, add_eos, add_sep, add_space_prefix, clean_spaces) =
                     (true, false, false, true, false);
+                false
+            }
+            "bert" => {
+                (special.bos, special.unk, special.sep) = (Some(101), Some(100), Some(102));
+                (special.pad, special.mask) = (Some(0), Some(103));
+                (add_bos, add_sep, clean_spaces) = (true, true, true);
+                false
+            }
+            "t5" => {
+                (special.eos, special.unk, special.pad) = (Some(1), Some(2), Some(0));
+                add_eos = true;
                 false
             }
             "gpt2" => {
@@ -361,7 +385,14 @@ impl Tokenizer {
 
         // Special ids: defaults outside the vocabulary are dropped (llama.cpp
         // warns), explicit ids outside it are an error.
-        for id in [&mut special.bos, &mut special.eos, &mut special.unk] {
+        for id in [
+            &mut special.bos,
+            &mut special.eos,
+            &mut special.unk,
+            &mut special.sep,
+            &mut special.pad,
+            &mut special.mask,
+        ] {
             if id.is_some_and(|i| i as usize >= n) {
                 *id = None;
             }
@@ -428,6 +459,32 @@ impl Tokenizer {
         special_cache.sort_by_key(|&id| std::cmp::Reverse(tokens.get(id).len()));
 
         set_attrs_by_name(g, &tokens, &mut attrs, &special_cache)?;
+
+        // WordPiece and Unigram tries hold pieces by the fixed-up attributes.
+        let kind = if model == "bert" {
+            Kind::Wpm(wpm::Wpm::new(
+                &tokens,
+                &attrs,
+                opt_bool(g, "tokenizer.ggml.normalizer.lowercase")?,
+                opt_bool(g, "tokenizer.ggml.normalizer.strip_accents")?,
+            )?)
+        } else if model == "t5" {
+            const CHARSMAP: &str = "tokenizer.ggml.precompiled_charsmap";
+            let charsmap = opt_array(g, CHARSMAP, &[ValueType::U8, ValueType::I8], "array of u8")?
+                .map(|a| a.raw_scalars().unwrap_or_default())
+                .unwrap_or_default();
+            let remove_ws = opt_bool(g, "tokenizer.ggml.remove_extra_whitespaces")?;
+            Kind::Ugm(ugm::Ugm::new(
+                &tokens,
+                &attrs,
+                &scores,
+                charsmap,
+                add_space_prefix,
+                remove_ws.unwrap_or(false),
+            )?)
+        } else {
+            kind
+        };
 
         let mut byte_token = Box::new([None; 256]);
         for (b, slot) in byte_token.iter_mut().enumerate() {
