@@ -12,7 +12,9 @@ pub struct Args {
     /// The Hugging Face model folder (config.json, model*.safetensors, tokenizer files).
     /// Architectures: LlamaForCausalLM (incl. Llama 3 rope scaling), MistralForCausalLM,
     /// GraniteForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM (incl.
-    /// LongRoPE), Gemma2ForCausalLM, Gemma3ForCausalLM and Gemma3TextModel (EmbeddingGemma).
+    /// LongRoPE), Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextModel (EmbeddingGemma),
+    /// BertModel, BertForMaskedLM, BertForSequenceClassification, XLMRobertaModel,
+    /// XLMRobertaForSequenceClassification and NomicBertModel.
     pub input: PathBuf,
     /// The GGUF file to write (written to a temporary beside it, renamed when complete).
     pub output: PathBuf,
@@ -24,6 +26,11 @@ pub struct Args {
     /// Leave out EmbeddingGemma's sentence-transformers Dense modules.
     #[arg(long)]
     pub no_dense_modules: bool,
+    /// Drop BertForSequenceClassification's pooler (dense + tanh), as
+    /// convert_hf_to_gguf.py does: the file is then byte-identical to
+    /// Python's, but its scores are llama.cpp's rather than PyTorch's.
+    #[arg(long)]
+    pub no_bert_pooler: bool,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -33,6 +40,7 @@ pub fn run(args: Args) -> Result<()> {
         output: args.output.clone(),
         out_type,
         dense_modules: !args.no_dense_modules,
+        bert_pooler: !args.no_bert_pooler,
     };
     let start = Instant::now();
     let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());

@@ -57,6 +57,7 @@ fn opts(input: &Path, output: &Path, out_type: OutType) -> ConvertOptions {
         output: output.to_path_buf(),
         out_type,
         dense_modules: true,
+        bert_pooler: false,
     }
 }
 

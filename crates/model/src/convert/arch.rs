@@ -1,8 +1,9 @@
 //! Architectures: which Hugging Face class becomes which GGUF architecture,
 //! the hyper-parameter metadata, and the tensor-name mapping, following
 //! `conversion/base.py`; the per-family parts (`gemma.py`, `llama.py`,
-//! `granite.py`, `qwen.py`, `phi.py`) live in the submodules.
+//! `granite.py`, `qwen.py`, `phi.py`, `bert.py`) live in the submodules.
 
+mod bert;
 mod gemma;
 mod llama;
 mod names;
@@ -37,6 +38,11 @@ pub enum Arch {
     Qwen3,
     /// `Phi3ForCausalLM`.
     Phi3,
+    /// `BertModel`, `BertForMaskedLM`, `BertForSequenceClassification`,
+    /// `XLMRobertaModel` and `XLMRobertaForSequenceClassification`.
+    Bert,
+    /// `NomicBertModel`.
+    NomicBert,
 }
 
 impl Arch {
@@ -51,6 +57,8 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::Phi3 => "phi3",
+            Arch::Bert => "bert",
+            Arch::NomicBert => "nomic-bert",
         }
     }
 
@@ -65,6 +73,12 @@ impl Arch {
             "Qwen2ForCausalLM" => Some(Arch::Qwen2),
             "Qwen3ForCausalLM" => Some(Arch::Qwen3),
             "Phi3ForCausalLM" => Some(Arch::Phi3),
+            "BertModel"
+            | "BertForMaskedLM"
+            | "BertForSequenceClassification"
+            | "XLMRobertaModel"
+            | "XLMRobertaForSequenceClassification" => Some(Arch::Bert),
+            "NomicBertModel" => Some(Arch::NomicBert),
             _ => None,
         }
     }
@@ -76,6 +90,11 @@ impl Arch {
     /// The classes converted by `LlamaModel` or a subclass of it (Q/K rotary permutation).
     fn is_llama(self) -> bool {
         matches!(self, Arch::Llama | Arch::Granite)
+    }
+
+    /// The encoder architectures of `conversion/bert.py`.
+    fn is_bert(self) -> bool {
+        matches!(self, Arch::Bert | Arch::NomicBert)
     }
 }
 
@@ -103,6 +122,12 @@ pub struct Model {
     /// (prefix, in, out) of each Dense module.
     pub(super) dense_dims: Vec<(String, u64, u64)>,
     pub(super) rope: Map<String, Value>,
+    /// Leading rows of the position embeddings to drop (XLM-R: pad_token_id + 1).
+    pub(super) position_offset: u64,
+    /// A classifier's output labels (`{arch}.classifier.output_labels`).
+    pub(super) cls_labels: Option<Vec<String>>,
+    /// Write BertForSequenceClassification's pooler as `cls` (the CLI's default).
+    pub(super) keep_pooler: bool,
 }
 
 pub(super) fn get_u64(h: &Map<String, Value>, key: &str) -> Option<u64> {
@@ -245,7 +270,8 @@ impl Model {
         } else {
             (Vec::new(), Vec::new())
         };
-        let model = Model {
+        let keep_pooler = opts.bert_pooler && hf_arch == "BertForSequenceClassification";
+        let mut model = Model {
             arch,
             hf_arch,
             dir: dir.to_path_buf(),
@@ -255,7 +281,13 @@ impl Model {
             dense_modules,
             dense_dims,
             rope,
+            position_offset: 0,
+            cls_labels: None,
+            keep_pooler,
         };
+        if arch.is_bert() {
+            bert::prepare(&mut model)?;
+        }
         model.check_supported()?;
         Ok(model)
     }
@@ -267,6 +299,7 @@ impl Model {
             Arch::Qwen2 | Arch::Qwen3 => qwen::check_supported(self),
             Arch::Gemma2 => gemma::check_gemma2(self),
             Arch::Phi3 => phi3::check_supported(self),
+            Arch::Bert | Arch::NomicBert => bert::check_supported(self),
             _ => Ok(()),
         }
     }
@@ -327,6 +360,19 @@ impl Model {
             )));
         }
         let mut rows = t.shape[0];
+        let mut skip_rows = 0;
+        if name == "position_embd.weight" && self.position_offset > 0 {
+            skip_rows = usize::try_from(self.position_offset)
+                .ok()
+                .filter(|&o| o < rows)
+                .ok_or_else(|| {
+                    Error::Tensor(format!(
+                        "tensor {hf} has {rows} rows, too few to drop the first {} \
+                         (pad_token_id + 1)",
+                        self.position_offset
+                    ))
+                })?;
+        }
         let mut shift = 0.0;
         let mut permute_heads = None;
         if self.arch.is_gemma() {
@@ -361,20 +407,26 @@ impl Model {
         }
         let mut shape: Vec<u64> = t.shape.iter().rev().map(|&d| d as u64).collect();
         let last = shape.len() - 1;
-        shape[last] = rows as u64;
+        shape[last] = (rows - skip_rows) as u64;
         let n_dims = shape.len();
-        let ggml_type =
-            if n_dims <= 1 || name.ends_with("_norm.weight") || !name.ends_with(".weight") {
-                GgmlType::F32
-            } else {
-                out.ggml_type()
-            };
+        // gguf-py keeps position and token-type embeddings in f32 whatever is asked.
+        let always_f32 = matches!(name.as_str(), "position_embd.weight" | "token_types.weight");
+        let ggml_type = if n_dims <= 1
+            || always_f32
+            || name.ends_with("_norm.weight")
+            || !name.ends_with(".weight")
+        {
+            GgmlType::F32
+        } else {
+            out.ggml_type()
+        };
         Ok(Job {
             src: t.at.clone(),
             name,
             shape,
             ggml_type,
             rows,
+            skip_rows,
             shift,
             permute_heads,
             values: None,
@@ -411,6 +463,7 @@ impl Model {
             Arch::Gemma3 | Arch::GemmaEmbedding => gemma::write_gemma3_params(self, b),
             Arch::Llama | Arch::Granite => llama::write_params(self, b),
             Arch::Qwen2 | Arch::Qwen3 => qwen::write_params(self, b),
+            Arch::Bert | Arch::NomicBert => bert::write_params(self, b),
             Arch::Gemma2 | Arch::Phi3 => Ok(()),
         }
     }
@@ -559,6 +612,7 @@ fn fill_defaults(arch: Arch, hf_arch: &str, h: &mut Map<String, Value>) {
         Arch::Gemma3 | Arch::GemmaEmbedding | Arch::Gemma2 => gemma::fill_defaults(arch, h),
         Arch::Qwen2 | Arch::Qwen3 => qwen::fill_defaults(arch, h),
         Arch::Phi3 => phi3::fill_defaults(h),
+        Arch::Bert | Arch::NomicBert => bert::fill_defaults(arch, hf_arch, h),
     }
 }
 
@@ -588,6 +642,7 @@ pub(super) fn test_model(config: Value) -> Result<(tempfile::TempDir, Model)> {
         output: dir.path().join("out.gguf"),
         out_type: OutType::F32,
         dense_modules: false,
+        bert_pooler: false,
     };
     let model = Model::load(dir.path(), &opts)?;
     Ok((dir, model))

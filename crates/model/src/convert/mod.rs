@@ -48,7 +48,9 @@ pub enum Error {
     #[error(
         "unsupported architecture {0:?}: lamina convert handles LlamaForCausalLM, \
          MistralForCausalLM, GraniteForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, \
-         Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM and Gemma3TextModel (EmbeddingGemma)"
+         Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextModel (EmbeddingGemma), \
+         BertModel, BertForMaskedLM, BertForSequenceClassification, XLMRobertaModel, \
+         XLMRobertaForSequenceClassification and NomicBertModel"
     )]
     UnknownArch(String),
     #[error("{0}")]
@@ -133,6 +135,11 @@ pub struct ConvertOptions {
     /// Include sentence-transformers Dense modules (`2_Dense/`, `3_Dense/`)
     /// for EmbeddingGemma, like `--sentence-transformers-dense-modules`.
     pub dense_modules: bool,
+    /// Write `BertForSequenceClassification`'s pooler (dense + tanh) as the
+    /// `cls` tensor, so scores match PyTorch. The Python converter drops it,
+    /// so its files score without the pooler (the CLI's `--no-bert-pooler`
+    /// turns this off).
+    pub bert_pooler: bool,
 }
 
 /// Progress reports from [`convert`].
@@ -176,6 +183,8 @@ pub(crate) struct Job {
     pub ggml_type: GgmlType,
     /// Keep only the first `rows` rows of the source (vocabulary trimming).
     pub rows: usize,
+    /// Drop this many leading rows of those (XLM-R's position offset).
+    pub skip_rows: usize,
     /// Added to every element (Gemma's `1 + w` norms).
     pub shift: f32,
     /// Llama's rotary permutation: the number of heads to regroup rows by.
@@ -194,6 +203,7 @@ impl Job {
             shape: vec![values.len() as u64],
             ggml_type: GgmlType::F32,
             rows: 1,
+            skip_rows: 0,
             shift: 0.0,
             permute_heads: None,
             values: Some(values),
@@ -289,7 +299,7 @@ fn write_file(
         let row_len = src.row_len();
         // Whole rows at a time, about 4 M elements per chunk.
         let rows_per_chunk = (4usize << 20).div_ceil(row_len.max(1)).max(1);
-        let mut row = 0;
+        let mut row = job.skip_rows;
         while row < job.rows {
             let n = rows_per_chunk.min(job.rows - row);
             vals.clear();
@@ -375,6 +385,7 @@ mod tests {
             shape: vec![1, 8],
             ggml_type: GgmlType::F32,
             rows: 8,
+            skip_rows: 0,
             shift: 0.0,
             permute_heads: Some(2),
             values: None,

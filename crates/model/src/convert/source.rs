@@ -108,13 +108,6 @@ fn map_file(path: &Path) -> Result<MappedFile> {
     let mut tensors = BTreeMap::new();
     for (name, view) in st.tensors() {
         let dtype = view.dtype();
-        if !matches!(dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16) {
-            return Err(Error::Tensor(format!(
-                "{}: tensor {name} has dtype {dtype:?}; lamina convert reads F32, F16 and BF16 \
-                 checkpoints (dequantize or re-save the model first)",
-                path.display()
-            )));
-        }
         // The view's data is a sub-slice of the map: recover its offset.
         let start = view.data().as_ptr() as usize - map.as_ptr() as usize;
         debug_assert!(start >= base);
@@ -127,6 +120,19 @@ fn map_file(path: &Path) -> Result<MappedFile> {
         map,
         tensors,
     })
+}
+
+/// Only float tensors are converted; others (BERT's integer `position_ids`)
+/// may be present as long as the architecture drops them.
+fn check_dtype(path: &Path, name: &str, dtype: Dtype) -> Result<()> {
+    if matches!(dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16) {
+        return Ok(());
+    }
+    Err(Error::Tensor(format!(
+        "{}: tensor {name} has dtype {dtype:?}; lamina convert reads F32, F16 and BF16 \
+         checkpoints (dequantize or re-save the model first)",
+        path.display()
+    )))
 }
 
 impl Sources {
@@ -177,8 +183,9 @@ impl Sources {
                 )));
             }
             let f = map_file(&path)?;
-            for (name, (_, shape, _, _)) in &f.tensors {
+            for (name, (dtype, shape, _, _)) in &f.tensors {
                 if let Some(renamed) = model.filter_name(name) {
+                    check_dtype(&path, name, *dtype)?;
                     model_tensors.push(SourceTensor {
                         name: renamed,
                         at: TensorRef {
@@ -196,10 +203,11 @@ impl Sources {
             for (module_path, prefix) in &model.dense_modules {
                 let path = dir.join(module_path).join("model.safetensors");
                 let f = map_file(&path)?;
-                for (name, (_, shape, _, _)) in &f.tensors {
+                for (name, (dtype, shape, _, _)) in &f.tensors {
                     if !name.ends_with(".weight") {
                         continue;
                     }
+                    check_dtype(&path, name, *dtype)?;
                     extra.push(SourceTensor {
                         name: name.replace("linear", prefix),
                         at: TensorRef {

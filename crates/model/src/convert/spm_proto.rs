@@ -28,6 +28,12 @@ pub struct SpmModel {
     pub pieces: Vec<Piece>,
     /// `normalizer_spec.add_dummy_prefix` (protobuf default: true).
     pub add_dummy_prefix: bool,
+    /// `normalizer_spec.remove_extra_whitespaces` (protobuf default: true).
+    pub remove_extra_whitespaces: bool,
+    /// `normalizer_spec.precompiled_charsmap` (empty when absent).
+    pub precompiled_charsmap: Vec<u8>,
+    /// `trainer_spec.model_type` (1 unigram, 2 BPE, ...; protobuf default: 1).
+    pub model_type: u64,
 }
 
 struct Reader<'a> {
@@ -134,11 +140,24 @@ fn parse_piece(buf: &[u8]) -> Result<Piece> {
     Ok(piece)
 }
 
-fn parse_normalizer(buf: &[u8], add_dummy_prefix: &mut bool) -> Result<()> {
+fn parse_normalizer(buf: &[u8], model: &mut SpmModel) -> Result<()> {
     let mut r = Reader::new(buf);
     while !r.at_end() {
         match r.key()? {
-            (3, 0) => *add_dummy_prefix = r.varint()? != 0,
+            (2, 2) => model.precompiled_charsmap = r.len_delimited()?.to_vec(),
+            (3, 0) => model.add_dummy_prefix = r.varint()? != 0,
+            (4, 0) => model.remove_extra_whitespaces = r.varint()? != 0,
+            (_, wire) => r.skip(wire)?,
+        }
+    }
+    Ok(())
+}
+
+fn parse_trainer(buf: &[u8], model: &mut SpmModel) -> Result<()> {
+    let mut r = Reader::new(buf);
+    while !r.at_end() {
+        match r.key()? {
+            (3, 0) => model.model_type = r.varint()?,
             (_, wire) => r.skip(wire)?,
         }
     }
@@ -151,11 +170,15 @@ pub fn parse(buf: &[u8]) -> Result<SpmModel> {
     let mut model = SpmModel {
         pieces: Vec::new(),
         add_dummy_prefix: true,
+        remove_extra_whitespaces: true,
+        precompiled_charsmap: Vec::new(),
+        model_type: 1,
     };
     while !r.at_end() {
         match r.key()? {
             (1, 2) => model.pieces.push(parse_piece(r.len_delimited()?)?),
-            (3, 2) => parse_normalizer(r.len_delimited()?, &mut model.add_dummy_prefix)?,
+            (2, 2) => parse_trainer(r.len_delimited()?, &mut model)?,
+            (3, 2) => parse_normalizer(r.len_delimited()?, &mut model)?,
             (_, wire) => r.skip(wire)?,
         }
     }
@@ -199,8 +222,13 @@ mod tests {
     fn parses_pieces_and_normalizer() {
         let mut buf = piece("<unk>", 0.0, 2);
         buf.extend(piece("▁a", -1.5, 1));
-        buf.extend([0x1a, 0x02, 0x18, 0x00]); // normalizer_spec { add_dummy_prefix: false }
+        // normalizer_spec { precompiled_charsmap: "\x01\x02", add_dummy_prefix: false }
+        buf.extend([0x1a, 0x06, 0x12, 0x02, 0x01, 0x02, 0x18, 0x00]);
+        buf.extend([0x12, 0x02, 0x18, 0x02]); // trainer_spec { model_type: BPE }
         let m = parse(&buf).unwrap();
+        assert_eq!(m.precompiled_charsmap, [1, 2]);
+        assert!(m.remove_extra_whitespaces);
+        assert_eq!(m.model_type, 2);
         assert_eq!(m.pieces.len(), 2);
         assert_eq!(m.pieces[1].piece, "▁a");
         assert_eq!(m.pieces[1].score, -1.5);

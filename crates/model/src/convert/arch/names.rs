@@ -1,7 +1,7 @@
 //! Tensor names: the renames and skips of `filter_tensors` and gguf-py's
 //! `TensorNameMap`, restricted to the tensors these architectures have.
 
-use super::{Arch, Model};
+use super::{Arch, Model, bert};
 use crate::convert::{Error, Result};
 
 impl Model {
@@ -37,6 +37,13 @@ impl Model {
             "patch_merge_mlp.",
             "model.connector.",
         ];
+        let renamed;
+        let name = if self.arch.is_bert() {
+            renamed = bert::filter_name(self, name)?;
+            renamed.as_str()
+        } else {
+            name
+        };
         let mut name = name.to_string();
         if self.arch.is_llama() && name.contains("text_model.") {
             name = name.replace("text_model.", "");
@@ -77,6 +84,9 @@ impl Model {
                 self.arch.name()
             ))
         };
+        if self.arch.is_bert() {
+            return bert::map_name(self, name).ok_or_else(fail);
+        }
         let (base, suffix) = if let Some(b) = name.strip_suffix(".weight") {
             (b, ".weight")
         } else if let Some(b) = name.strip_suffix(".bias") {
