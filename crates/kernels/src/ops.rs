@@ -61,6 +61,90 @@ pub fn rms_norm_gemma(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
+/// LayerNorm with weight and bias, as ggml's `norm` then `mul` and `add`:
+/// the mean and the variance summed in f64 (ggml's `ggml_float`),
+/// `out = (x - mean) / sqrt(var + eps) · w + b`.
+pub fn layer_norm(x: &[f32], w: &[f32], b: &[f32], eps: f32, out: &mut [f32]) {
+    assert!(w.len() == x.len() && b.len() == x.len() && out.len() == x.len());
+    let (mean, inv) = layer_norm_stats(x, eps);
+    for (((o, &v), &g), &c) in out.iter_mut().zip(x).zip(w).zip(b) {
+        *o = (v - mean) * inv * g + c;
+    }
+}
+
+/// [`layer_norm`] in place (BERT's post-norms).
+pub fn layer_norm_in_place(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
+    assert!(w.len() == x.len() && b.len() == x.len());
+    let (mean, inv) = layer_norm_stats(x, eps);
+    for ((o, &g), &c) in x.iter_mut().zip(w).zip(b) {
+        *o = (*o - mean) * inv * g + c;
+    }
+}
+
+/// `(mean, 1 / sqrt(var + eps))` with f64 sums in eight lanes.
+fn layer_norm_stats(x: &[f32], eps: f32) -> (f32, f32) {
+    let n = x.len().max(1) as f64;
+    let mut acc = [0.0f64; 8];
+    let chunks = x.chunks_exact(8);
+    let tail: f64 = chunks.remainder().iter().map(|&v| v as f64).sum();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += v as f64;
+        }
+    }
+    let mean = ((acc.iter().sum::<f64>() + tail) / n) as f32;
+    let mut acc = [0.0f64; 8];
+    let chunks = x.chunks_exact(8);
+    let tail: f64 = chunks
+        .remainder()
+        .iter()
+        .map(|&v| {
+            let d = (v - mean) as f64;
+            d * d
+        })
+        .sum();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            let d = (v - mean) as f64;
+            *a += d * d;
+        }
+    }
+    let var = ((acc.iter().sum::<f64>() + tail) / n) as f32;
+    (mean, 1.0 / (var + eps).sqrt())
+}
+
+/// `erf(x)` within 5e-7 of the exact value (a few ulp of ±1 near the ends), branch-free so loops over
+/// it vectorize: the rational minimax approximation of Eigen and XLA
+/// (odd degree-13 numerator over even degree-8 denominator) on `[-4, 4]`,
+/// where f32's `erf` already rounds to ±1 outside.
+#[inline(always)]
+pub fn erf_fast(x: f32) -> f32 {
+    let x = x.clamp(-4.0, 4.0);
+    let x2 = x * x;
+    let mut p = -2.726_142_3e-10f32;
+    p = p * x2 + 2.770_681_4e-8;
+    p = p * x2 - 2.101_024e-6;
+    p = p * x2 - 5.692_506_4e-5;
+    p = p * x2 - 7.349_906_3e-4;
+    p = p * x2 - 2.954_6e-3;
+    p = p * x2 - 1.609_603_3e-2;
+    let mut q = -1.456_607_2e-5f32;
+    q = q * x2 - 2.133_740_5e-4;
+    q = q * x2 - 1.682_827e-3;
+    q = q * x2 - 7.373_329e-3;
+    q = q * x2 - 1.426_473_9e-2;
+    x * p / q
+}
+
+/// GELU with the exact erf: `0.5·x·(1 + erf(x/√2))` (BERT; ggml's `GELU_ERF`).
+pub fn gelu_erf(x: &mut [f32]) {
+    const SQRT_1_2: f32 = std::f32::consts::FRAC_1_SQRT_2;
+    for v in x.iter_mut() {
+        let u = *v;
+        *v = 0.5 * u * (1.0 + erf_fast(u * SQRT_1_2));
+    }
+}
+
 /// Numerically stable softmax in place (max subtracted; all `-inf` gives zeros).
 pub fn softmax(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -627,5 +711,88 @@ mod fast_math_tests {
             );
             x += 0.003_1;
         }
+    }
+
+    /// `erf` in f64 by its Maclaurin series (ample terms; the alternating
+    /// sum loses at most five of f64's sixteen digits for |x| ≤ 4).
+    fn erf_ref(x: f64) -> f64 {
+        if x.abs() > 4.5 {
+            return x.signum();
+        }
+        let (mut term, mut sum) = (x, x);
+        for n in 1..120 {
+            term *= -x * x / n as f64;
+            sum += term / (2 * n + 1) as f64;
+        }
+        sum * 2.0 / std::f64::consts::PI.sqrt()
+    }
+
+    #[test]
+    fn erf_reference_matches_known_values() {
+        assert!((erf_ref(0.5) - 0.520_499_877_813_046_5).abs() < 1e-14);
+        assert!((erf_ref(1.0) - 0.842_700_792_949_714_9).abs() < 1e-14);
+        assert!((erf_ref(2.0) - 0.995_322_265_018_952_7).abs() < 1e-13);
+        assert!((erf_ref(-3.0) + 0.999_977_909_503_001_4).abs() < 1e-12);
+    }
+
+    #[test]
+    fn erf_fast_is_within_5e7_of_erf() {
+        let mut x = -6.0f32;
+        while x < 6.0 {
+            let (want, got) = (erf_ref(x as f64), erf_fast(x) as f64);
+            assert!((got - want).abs() <= 5e-7, "erf({x}) = {got}, want {want}");
+            x += 0.000_71;
+        }
+        assert_eq!(erf_fast(0.0), 0.0);
+        assert_eq!(erf_fast(100.0), erf_fast(4.0));
+        assert!((erf_fast(f32::INFINITY) - 1.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn gelu_erf_matches_the_f64_definition() {
+        let mut x = -10.0f32;
+        while x < 10.0 {
+            let xd = x as f64;
+            let want = 0.5 * xd * (1.0 + erf_ref(xd / 2f64.sqrt()));
+            let mut g = [x];
+            gelu_erf(&mut g);
+            assert!(
+                (g[0] as f64 - want).abs() <= 3e-7 * xd.abs().max(1.0),
+                "gelu_erf({x}) = {}, want {want}",
+                g[0]
+            );
+            x += 0.002_3;
+        }
+    }
+
+    #[test]
+    fn layer_norm_matches_the_f64_definition() {
+        let n = 384;
+        let x: Vec<f32> = (0..n)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.37 + 3.0)
+            .collect();
+        let w: Vec<f32> = (0..n).map(|i| 0.5 + (i % 7) as f32 * 0.1).collect();
+        let b: Vec<f32> = (0..n).map(|i| (i % 5) as f32 * 0.01 - 0.02).collect();
+        let eps = 1e-12f32;
+        let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n as f64;
+        let var = x.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n as f64;
+        let inv = 1.0 / (var + eps as f64).sqrt();
+        let mut out = vec![0.0; n];
+        layer_norm(&x, &w, &b, eps, &mut out);
+        let mut inplace = x.clone();
+        layer_norm_in_place(&mut inplace, &w, &b, eps);
+        assert_eq!(out, inplace);
+        for i in 0..n {
+            let want = (x[i] as f64 - mean) * inv * w[i] as f64 + b[i] as f64;
+            assert!(
+                (out[i] as f64 - want).abs() < 2e-6,
+                "{i}: {} vs {want}",
+                out[i]
+            );
+        }
+        // A constant row normalises to the bias, not NaN.
+        let mut c = vec![2.5f32; 8];
+        layer_norm_in_place(&mut c, &[1.0; 8], &[0.25; 8], 1e-5);
+        assert!(c.iter().all(|&v| v == 0.25));
     }
 }

@@ -5,7 +5,68 @@ use lamina_gguf::{Gguf, Value};
 use lamina_kernels::ops::RopeLayout;
 
 use crate::ModelError;
-use crate::family::{self, AttnScale, Cap, Family, InputScale, Windows};
+use crate::family::{self, AttnScale, Cap, Family, Head, InputScale, Windows};
+
+/// How token states become one output per text: llama.cpp's pooling enum,
+/// read from `{arch}.pooling_type` (the family's default when absent).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Pooling {
+    /// No pooling: one vector per token.
+    None,
+    /// The mean of the text's token states.
+    Mean,
+    /// The first token's state (`[CLS]`, `<s>`).
+    Cls,
+    /// The last token's state (causal embedders such as Qwen3-Embedding).
+    Last,
+    /// The first token through a classification head: relevance logits
+    /// (cross-encoder rerankers).
+    Rank,
+}
+
+impl Pooling {
+    /// The value of llama.cpp's `LLAMA_POOLING_TYPE_*` enum in a GGUF.
+    pub fn from_gguf_value(v: i128) -> Option<Pooling> {
+        Some(match v {
+            0 => Pooling::None,
+            1 => Pooling::Mean,
+            2 => Pooling::Cls,
+            3 => Pooling::Last,
+            4 => Pooling::Rank,
+            _ => return None,
+        })
+    }
+
+    /// The name llama.cpp's `--pooling` flag takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Pooling::None => "none",
+            Pooling::Mean => "mean",
+            Pooling::Cls => "cls",
+            Pooling::Last => "last",
+            Pooling::Rank => "rank",
+        }
+    }
+
+    /// The pooling named `name` (as llama.cpp's `--pooling` flag takes it).
+    pub fn from_name(name: &str) -> Option<Pooling> {
+        [
+            Pooling::None,
+            Pooling::Mean,
+            Pooling::Cls,
+            Pooling::Last,
+            Pooling::Rank,
+        ]
+        .into_iter()
+        .find(|p| p.name() == name)
+    }
+}
+
+impl std::fmt::Display for Pooling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// How a sliding-window layer masks keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,6 +95,8 @@ pub struct HParams {
     pub n_vocab: usize,
     /// Training context (`context_length`).
     pub n_ctx_train: usize,
+    /// Epsilon of the norms: RMSNorm's (`attention.layer_norm_rms_epsilon`),
+    /// or LayerNorm's (`attention.layer_norm_epsilon`) in encoder families.
     pub rms_eps: f32,
     pub rope_base: f32,
     /// RoPE base of sliding-window layers.
@@ -64,6 +127,13 @@ pub struct HParams {
     pub logit_scale: f32,
     pub final_logit_softcap: Option<f32>,
     pub attn_logit_softcap: Option<f32>,
+    /// What the last hidden state feeds: the family's head, except that a
+    /// decoder file with a `pooling_type` key (Qwen3-Embedding) is pooled.
+    pub head: Head,
+    /// How an embedding model pools (`pooling_type`, else the family's default).
+    pub pooling: Pooling,
+    /// Rows of `token_types` (segment embeddings) in encoder families; 0 elsewhere.
+    pub n_token_types: usize,
 }
 
 struct Keys<'g, D> {
@@ -192,9 +262,45 @@ impl HParams {
             ));
         }
         let n_ctx_train = k.uint("context_length")?.unwrap_or(2048).max(1);
+        let eps_key = if fam.encoder.is_some() {
+            "attention.layer_norm_epsilon"
+        } else {
+            "attention.layer_norm_rms_epsilon"
+        };
         let rms_eps = k
-            .float("attention.layer_norm_rms_epsilon")?
-            .ok_or_else(|| ModelError::MissingKey(k.key("attention.layer_norm_rms_epsilon")))?;
+            .float(eps_key)?
+            .ok_or_else(|| ModelError::MissingKey(k.key(eps_key)))?;
+        if !(rms_eps.is_finite() && rms_eps >= 0.0) {
+            return Err(k.bad(eps_key));
+        }
+        let pooling_key = match k.value("pooling_type") {
+            None => None,
+            Some(v) => Some(
+                v.as_integer()
+                    .and_then(Pooling::from_gguf_value)
+                    .ok_or_else(|| k.bad("pooling_type"))?,
+            ),
+        };
+        let head = match (fam.head, pooling_key) {
+            (Head::Lm | Head::TiedLm, Some(_)) => Head::Pooled,
+            (h, _) => h,
+        };
+        // A cross-encoder's file has a classification head and, as the
+        // pinned converter writes it, no pooling_type: llama.cpp needs
+        // `--pooling rank` for it, here the head says it.
+        let pooling = match pooling_key {
+            Some(p) => p,
+            None if fam.encoder.is_some() && g.tensor("cls.output.weight").is_some() => {
+                Pooling::Rank
+            }
+            None => fam.pooling,
+        };
+        let n_token_types = if fam.encoder.is_some() {
+            g.tensor("token_types.weight")
+                .map_or(0, |t| t.n_rows() as usize)
+        } else {
+            0
+        };
         let rope_base = k.float("rope.freq_base")?.unwrap_or(10_000.0);
         let rope_base_swa = match k.float("rope.freq_base_swa")? {
             Some(b) => b,
@@ -296,6 +402,9 @@ impl HParams {
             logit_scale,
             final_logit_softcap: cap(fam.final_softcap, "final_logit_softcapping")?,
             attn_logit_softcap: cap(fam.attn_softcap, "attn_logit_softcapping")?,
+            head,
+            pooling,
+            n_token_types,
         })
     }
 
@@ -306,6 +415,10 @@ impl HParams {
     /// Width of the key and value projections.
     pub fn kv_dim(&self) -> usize {
         self.n_head_kv * self.head_dim
+    }
+    /// An embedding model: pooled, no LM head.
+    pub fn is_embedding(&self) -> bool {
+        self.head == Head::Pooled
     }
     /// The window of layer `il`, or `Window::None` for a global layer.
     pub fn layer_window(&self, il: usize) -> Window {

@@ -3,8 +3,10 @@
 //! * [`tokenizer`]: llama.cpp-exact SentencePiece and byte-level BPE.
 //! * [`family`], [`hparams`], [`weights`], [`transformer`]: what sets each
 //!   architecture apart (as data), loading a GGUF model, and the one decoder
-//!   stack every family runs on.
-//! * [`embed`]: sentence embeddings (pooling, dense head, batching).
+//!   stack every generative family runs on; [`encoder`]: the post-norm
+//!   encoder stack of BERT-style families on the same machinery.
+//! * [`embed`]: sentence embeddings and reranking (pooling, dense head,
+//!   classification head, task prompts, batching).
 //! * [`generate`], [`sampling`], [`chat`]: text generation sessions,
 //!   llama.cpp's sampler chain, chat templates.
 //! * [`convert`]: Hugging Face checkpoints → GGUF; [`requantize`]: a whole
@@ -26,6 +28,7 @@
 pub mod chat;
 pub mod convert;
 pub mod embed;
+pub mod encoder;
 pub mod family;
 pub mod generate;
 pub mod hparams;
@@ -38,7 +41,7 @@ pub mod transformer;
 pub mod weights;
 
 pub use family::Family;
-pub use hparams::HParams;
+pub use hparams::{HParams, Pooling};
 pub use lamina_kernels::pool::{Rayon, Serial, ThreadPool};
 pub use lamina_kernels::spin_pool::SpinPool;
 pub use load::{Load, LoadOptions};

@@ -84,8 +84,6 @@ impl LoadOptions {
     /// does not apply: the file's bytes are already where they are).
     pub fn open_gguf(&self, file: Gguf) -> Result<Model, ModelError> {
         let panels = self.panels;
-        Model::load_with(file, |hp: &HParams| {
-            panels.unwrap_or(!hp.family.is_embedding())
-        })
+        Model::load_with(file, |hp: &HParams| panels.unwrap_or(!hp.is_embedding()))
     }
 }

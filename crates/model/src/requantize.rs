@@ -195,7 +195,10 @@ pub fn allows_quantization(t: &TensorInfo) -> bool {
         "a.rvq.codebook",
         "mm.a.code_embd",
     ];
-    t.shape.len() >= 2
+    // ggml_n_dims: trailing dimensions of 1 do not count (a 1-label
+    // classifier's `[n_embd, 1]` output is a vector to llama.cpp).
+    let n_dims = t.shape.iter().rposition(|&d| d != 1).map_or(1, |i| i + 1);
+    n_dims >= 2
         && name.ends_with("weight")
         && !EXCLUDED.iter().any(|e| name.contains(e))
         && name != "position_embd.weight"
@@ -544,7 +547,9 @@ fn write(
                 report.requantized += 1;
             }
         }
-        b.add_tensor(t.name.clone(), ty, &t.shape)?;
+        // llama-quantize writes ggml's dimensions, without trailing 1s.
+        let dims = t.shape.iter().rposition(|&d| d != 1).map_or(1, |i| i + 1);
+        b.add_tensor(t.name.clone(), ty, &t.shape[..dims.min(t.shape.len())])?;
         *report.types.entry(ty.name()).or_default() += 1;
         types.push(ty);
     }

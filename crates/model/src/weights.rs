@@ -146,7 +146,7 @@ impl<D: AsRef<[u8]>> Loader<'_, D> {
     /// A 2-D weight of `rows × cols`, with kernels for its type.
     pub fn linear(&self, name: &str, cols: usize, rows: usize) -> Result<Linear, ModelError> {
         let info = self.info(name)?;
-        if info.shape.as_slice() != [cols as u64, rows as u64] {
+        if !same_shape(&info.shape, &[cols as u64, rows as u64]) {
             return Err(ModelError::Shape {
                 tensor: name.to_string(),
                 got: info.shape.clone(),
@@ -209,7 +209,7 @@ impl<D: AsRef<[u8]>> Loader<'_, D> {
     /// A 1-D vector of `n` values, dequantized to f32.
     pub fn vector(&self, name: &str, n: usize) -> Result<Vec<f32>, ModelError> {
         let info = self.info(name)?;
-        if info.shape.as_slice() != [n as u64] {
+        if !same_shape(&info.shape, &[n as u64]) {
             return Err(ModelError::Shape {
                 tensor: name.to_string(),
                 got: info.shape.clone(),
@@ -219,6 +219,15 @@ impl<D: AsRef<[u8]>> Loader<'_, D> {
         lamina_quant::dequantize_tensor(info, self.g.tensor_data(info))
             .map_err(|e| ModelError::Unsupported(format!("{name}: {e}")))
     }
+}
+
+/// Whether a file's shape is `want`, as ggml compares them: trailing
+/// dimensions of 1 do not count (`llama-quantize` writes a `[n, 1]` matrix
+/// back as `[n]`).
+fn same_shape(got: &[u64], want: &[u64]) -> bool {
+    let trim = |s: &[u64]| s.iter().rposition(|&d| d != 1).map_or(0, |i| i + 1);
+    let (g, w) = (trim(got), trim(want));
+    got[..g] == want[..w]
 }
 
 /// Stores the matrices in `linears` that this ISA multiplies as stored

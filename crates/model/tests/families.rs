@@ -249,6 +249,7 @@ fn check_family(family: &str) {
         output: ours_f32.clone(),
         out_type: OutType::F32,
         dense_modules: false,
+        bert_pooler: false,
     };
     let f32_file = match convert(&opts, &mut |_| {}) {
         Err(e) => {

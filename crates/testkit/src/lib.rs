@@ -9,6 +9,9 @@
 //! `cargo test` skips it and says so on the terminal. A failure names the
 //! line of the test that asked for the model (`#[track_caller]`).
 //!
+//! [`checkpoint`] rebuilds the conformance checkpoints of `testdata/`
+//! (families, embedders) from their manifests.
+//!
 //! This crate depends on no lamina crate, so every lamina crate can use it
 //! as a dev-dependency without a cycle.
 
@@ -16,6 +19,7 @@ use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+pub mod checkpoint;
 pub mod texts;
 
 /// The variable `cargo xtask test` sets.

@@ -1,6 +1,7 @@
 //! Model families as data: what sets one architecture's forward pass apart
 //! (norms, biases, RoPE layout, activation, soft-caps, sliding windows,
-//! multipliers), read by the one decoder stack in [`crate::transformer`].
+//! multipliers), read by the one decoder stack in [`crate::transformer`] or,
+//! for BERT-style encoders ([`Family::encoder`]), by [`crate::encoder`].
 //!
 //! Adding a family is one small file here with one [`Family`] value, plus
 //! its line in [`FAMILIES`]. Tensors every family may have (fused or
@@ -8,16 +9,20 @@
 //! found by name, as llama.cpp finds them; a family's file says only what
 //! the file cannot tell.
 
+mod bert;
 mod gemma2;
 mod gemma3;
 mod gemma_embedding;
 mod granite;
 mod llama;
+mod nomic_bert;
 mod phi3;
 mod qwen2;
 mod qwen3;
 
 use lamina_kernels::ops::RopeLayout;
+
+use crate::hparams::Pooling;
 
 /// One architecture's traits.
 #[derive(Debug, PartialEq)]
@@ -57,6 +62,12 @@ pub struct Family {
     pub bidirectional: bool,
     /// Phi-3's LongRoPE: `rope_factors_long` / `rope_factors_short` by context.
     pub long_rope: bool,
+    /// A post-norm encoder (BERT, nomic-bert): LayerNorms with biases, read
+    /// by [`crate::encoder`] instead of the decoder stack; how it encodes
+    /// positions.
+    pub encoder: Option<Positions>,
+    /// How an embedding model pools when its file has no `pooling_type`.
+    pub pooling: Pooling,
 }
 
 /// The feed-forward gate's activation.
@@ -66,6 +77,17 @@ pub enum Activation {
     Silu,
     /// GeGLU with the tanh approximation: `gelu(gate) · up`.
     Gelu,
+    /// No gate: `gelu(up)` with the exact, erf-based GELU (BERT).
+    GeluErf,
+}
+
+/// How an encoder tells positions apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Positions {
+    /// A learned row per position (`position_embd`), added to the input.
+    Absolute,
+    /// RoPE on Q and K in every block.
+    Rotary,
 }
 
 /// The multiplier of the token embeddings.
@@ -138,6 +160,8 @@ pub const FAMILIES: &[&Family] = &[
     &gemma2::FAMILY,
     &gemma3::FAMILY,
     &gemma_embedding::FAMILY,
+    &bert::FAMILY,
+    &nomic_bert::FAMILY,
 ];
 
 /// The family that reads architecture `name`.
@@ -165,7 +189,8 @@ impl Family {
         self.input_scale == InputScale::SqrtWidth
     }
 
-    /// An embedding model: pooled, no LM head.
+    /// An embedding model by its family: pooled, no LM head (a decoder file
+    /// with a `pooling_type` key is one too: see [`crate::HParams::is_embedding`]).
     pub fn is_embedding(&self) -> bool {
         self.head == Head::Pooled
     }
@@ -189,6 +214,8 @@ const BASE: Family = Family {
     head: Head::Lm,
     bidirectional: false,
     long_rope: false,
+    encoder: None,
+    pooling: Pooling::Mean,
 };
 
 #[cfg(test)]
@@ -218,5 +245,17 @@ mod tests {
         assert!(lookup("phi3").unwrap().fused_gate_up);
         assert!(lookup("gemma-embedding").unwrap().is_embedding());
         assert!(known_names().contains("qwen2"));
+        let bert = lookup("bert").unwrap();
+        assert!(
+            bert.encoder == Some(Positions::Absolute)
+                && bert.bidirectional
+                && bert.activation == Activation::GeluErf
+        );
+        let nomic = lookup("nomic-bert").unwrap();
+        assert!(
+            nomic.encoder == Some(Positions::Rotary)
+                && nomic.rope == RopeLayout::Neox
+                && nomic.activation == Activation::Silu
+        );
     }
 }

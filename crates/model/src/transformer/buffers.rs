@@ -13,33 +13,35 @@ use crate::hparams::HParams;
 #[derive(Debug, Default)]
 pub struct Buffers {
     /// Tokens in the current batch.
-    pub(super) t: usize,
+    pub(crate) t: usize,
     /// Residual stream, `T × n_embd`.
-    pub(super) x: Vec<f32>,
+    pub(crate) x: Vec<f32>,
     /// Normed input of a projection, `T × n_embd` (final hidden state at the end).
-    pub(super) xn: Vec<f32>,
-    pub(super) q: Vec<f32>,
-    pub(super) k: Vec<f32>,
-    pub(super) v: Vec<f32>,
-    pub(super) att: Vec<f32>,
-    pub(super) o: Vec<f32>,
-    pub(super) gate: Vec<f32>,
-    pub(super) up: Vec<f32>,
+    pub(crate) xn: Vec<f32>,
+    pub(crate) q: Vec<f32>,
+    pub(crate) k: Vec<f32>,
+    pub(crate) v: Vec<f32>,
+    pub(crate) att: Vec<f32>,
+    pub(crate) o: Vec<f32>,
+    pub(crate) gate: Vec<f32>,
+    pub(crate) up: Vec<f32>,
     /// RoPE cosine and sine tables of the batch's positions ([`ops::rope_table`]):
     /// `T × rope_dims` for the global base, then as many for the sliding-window
     /// layers' base where the model has such layers.
-    pub(super) rope: Vec<f32>,
-    pub(super) scratch: Scratch,
+    pub(crate) rope: Vec<f32>,
+    pub(crate) scratch: Scratch,
 }
 
 /// Everything a forward pass writes, reused across calls.
 #[derive(Debug, Default)]
 pub struct Workspace {
-    pub(super) bufs: Buffers,
-    pub(super) pos: Vec<usize>,
+    pub(crate) bufs: Buffers,
+    pub(crate) pos: Vec<usize>,
     /// Per token: the batch range of its sequence.
-    pub(super) seq: Vec<(usize, usize)>,
-    pub(super) n_embd: usize,
+    pub(crate) seq: Vec<(usize, usize)>,
+    /// Per token: its segment (token type) in encoder models, 0 or 1.
+    pub(crate) types: Vec<u8>,
+    pub(crate) n_embd: usize,
 }
 
 impl Workspace {
@@ -74,6 +76,7 @@ impl Workspace {
         grow(&mut b.rope, 2 * tokens * hp.rope_dims);
         self.pos.resize(tokens.max(self.pos.len()), 0);
         self.seq.resize(tokens.max(self.seq.len()), (0, 0));
+        self.types.resize(tokens.max(self.types.len()), 0);
         // Quantized activations of the widest input; F32 (4 bytes a value) is the worst case.
         let widest = hp.n_embd.max(hp.n_ff).max(hp.q_dim());
         b.scratch.reserve_bytes(tokens * widest * 4);

@@ -1,7 +1,14 @@
-//! The decoder stack every architecture runs: pre-norm blocks of attention
-//! and a gated feed-forward, with what sets a family apart (norms, biases,
-//! RoPE layout, activation, soft-caps, windows, multipliers) read from its
-//! [`crate::family::Family`] and from the tensors its file has.
+//! The decoder stack every generative architecture runs: pre-norm blocks of
+//! attention and a gated feed-forward, with what sets a family apart (norms,
+//! biases, RoPE layout, activation, soft-caps, windows, multipliers) read
+//! from its [`crate::family::Family`] and from the tensors its file has.
+//! Encoder families (BERT, nomic-bert) load and run [`crate::encoder`]
+//! instead, through the same [`Model`], [`Workspace`] and
+//! [`Model::forward_sequences`].
+//!
+//! A decoder file with a `pooling_type` key (Qwen3-Embedding) is an
+//! embedding model: no LM head, its final-normed states pooled by
+//! [`crate::embed`] (last token); without the key the same family generates.
 //!
 //! A forward runs a batch of `T` tokens through all layers with activations
 //! as `T × width` row-major f32 in a [`Workspace`]; every projection is one
@@ -27,14 +34,17 @@ use lamina_kernels::pool::{ThreadPool, rows2};
 
 pub use buffers::{Buffers, KvCache, KvType, Workspace};
 pub use tensors::Layer;
+pub(crate) use tensors::optional;
 
 use crate::ModelError;
+use crate::embed::RankHead;
+use crate::encoder::Encoder;
 use crate::family::{Activation, Head};
 use crate::hparams::{HParams, Window};
 use crate::load::LoadOptions;
 use crate::tokenizer::Tokenizer;
 use crate::weights::{Linear, Loader, Store, forward_many, store_panels};
-use tensors::{RopeFactors, optional};
+use tensors::RopeFactors;
 
 /// A loaded model: the mapped file and where each weight lies in it.
 pub struct Model {
@@ -42,16 +52,22 @@ pub struct Model {
     /// The matrices stored as panels at load ([`store_panels`]), if any.
     panels: Option<lamina_gguf::Mmap>,
     pub hp: HParams,
-    tok_embd: Linear,
+    pub(crate) tok_embd: Linear,
+    /// Empty in encoder models (their blocks end in their own norms).
     output_norm: Vec<f32>,
     /// The LM head (the token embedding when tied); `None` for embedding models.
     output: Option<Linear>,
     /// The LM head's bias (Qwen 2 files may have one).
     output_bias: Option<Vec<f32>>,
     rope_factors: RopeFactors,
+    /// The decoder's blocks; empty in encoder models.
     layers: Vec<Layer>,
+    /// The encoder stack of encoder families ([`crate::family::Family::encoder`]).
+    pub(crate) encoder: Option<Encoder>,
     /// Sentence-transformers dense head (`dense_2`, `dense_3`), applied after pooling.
     pub(crate) dense: Vec<Linear>,
+    /// A cross-encoder's classification head (`cls`, `cls.output`).
+    pub(crate) rank: Option<RankHead>,
 }
 
 impl std::fmt::Debug for Model {
@@ -79,11 +95,16 @@ impl Model {
         let panels = panels(&hp);
         let ld = Loader { g: &file };
         let d = hp.n_embd;
-        let layers = (0..hp.n_layer)
-            .map(|il| Layer::load(&ld, &hp, il))
-            .collect::<Result<Vec<_>, _>>()?;
+        let (layers, mut encoder) = if hp.family.encoder.is_some() {
+            (Vec::new(), Some(Encoder::load(&ld, &hp)?))
+        } else {
+            let layers = (0..hp.n_layer)
+                .map(|il| Layer::load(&ld, &hp, il))
+                .collect::<Result<Vec<_>, _>>()?;
+            (layers, None)
+        };
         let tok_embd = ld.linear("token_embd.weight", d, hp.n_vocab)?;
-        let output = match hp.family.head {
+        let output = match hp.head {
             Head::Pooled => None,
             Head::Lm if ld.has("output.weight") => {
                 Some(ld.linear("output.weight", d, hp.n_vocab)?)
@@ -95,8 +116,9 @@ impl Model {
             None => None,
         };
         let rope_factors = RopeFactors::load(&ld, &hp)?;
+        let rank = RankHead::load(&ld, &hp)?;
         let mut dense = Vec::new();
-        if hp.family.is_embedding() {
+        if hp.is_embedding() {
             let mut width = d;
             for name in ["dense_2.weight", "dense_3.weight"] {
                 if let Some(info) = file.tensor(name) {
@@ -109,7 +131,10 @@ impl Model {
                 return Err(ModelError::DenseHead { width, n_embd: d });
             }
         }
-        let output_norm = ld.vector("output_norm.weight", d)?;
+        let output_norm = match encoder {
+            Some(_) => Vec::new(),
+            None => ld.vector("output_norm.weight", d)?,
+        };
         let (mut tok_embd, mut output, mut layers) = (tok_embd, output, layers);
         let panels = if !panels {
             None
@@ -124,6 +149,7 @@ impl Model {
             let mut all: Vec<&mut Linear> = layers
                 .iter_mut()
                 .flat_map(|l: &mut Layer| l.matrices_mut())
+                .chain(encoder.iter_mut().flat_map(Encoder::matrices_mut))
                 .chain(output.as_mut())
                 .collect();
             let (stored, panels) = store_panels(&mut all, file)?;
@@ -142,7 +168,9 @@ impl Model {
             output_bias,
             rope_factors,
             layers,
+            encoder,
             dense,
+            rank,
             file,
         })
     }
@@ -175,10 +203,11 @@ impl Model {
     /// The weight types in use, for reports (`Q8_0 ×168, F32 ×…`).
     pub fn weight_types(&self) -> Vec<(lamina_gguf::GgmlType, usize)> {
         let mut counts: Vec<(lamina_gguf::GgmlType, usize)> = Vec::new();
-        let all = self.layers.iter().flat_map(Layer::matrices);
-        for w in all
+        for w in self
+            .matrices()
             .chain(std::iter::once(&self.tok_embd))
             .chain(self.dense.iter())
+            .chain(self.rank.iter().flat_map(RankHead::matrices))
         {
             match counts.iter_mut().find(|(t, _)| *t == w.ty) {
                 Some((_, n)) => *n += 1,
@@ -193,23 +222,41 @@ impl Model {
     /// Token generation streams them from memory, so this over the time per
     /// token is the bandwidth it reaches.
     pub fn weight_bytes_per_token(&self) -> usize {
-        let layers: usize = self
-            .layers
+        let layers: usize = self.matrices().map(|w| w.len).sum();
+        layers + self.output.as_ref().map_or(0, |o| o.len)
+    }
+
+    /// The blocks' weight matrices, decoder or encoder.
+    fn matrices(&self) -> impl Iterator<Item = &Linear> {
+        self.layers
             .iter()
             .flat_map(Layer::matrices)
-            .map(|w| w.len)
-            .sum();
-        layers + self.output.as_ref().map_or(0, |o| o.len)
+            .chain(self.encoder.iter().flat_map(Encoder::matrices))
     }
 
     /// The ISA path the matmuls of this model use.
     pub fn isa(&self) -> lamina_kernels::Isa {
-        self.layers
-            .first()
-            .map_or(lamina_kernels::Isa::Scalar, |l| l.wq.kernels.isa)
+        self.matrices()
+            .next()
+            .map_or(lamina_kernels::Isa::Scalar, |w| w.kernels.isa)
     }
 
-    fn check_tokens(&self, tokens: &[u32]) -> Result<(), ModelError> {
+    /// The most tokens one sequence may have: the training context, which
+    /// an encoder's position table has exactly as many rows as.
+    pub fn n_ctx(&self) -> usize {
+        self.hp.n_ctx_train
+    }
+
+    /// Whether a pair's second segment gets a token-type row of its own
+    /// (BERT cross-encoders with their pooler; see [`crate::encoder`]).
+    pub fn has_segment_b(&self) -> bool {
+        let pooler = self.rank.as_ref().is_some_and(RankHead::has_dense);
+        self.encoder
+            .as_ref()
+            .is_some_and(|e| e.has_segment_b(&self.hp, pooler))
+    }
+
+    pub(crate) fn check_tokens(&self, tokens: &[u32]) -> Result<(), ModelError> {
         match tokens.iter().find(|&&t| t as usize >= self.hp.n_vocab) {
             Some(&t) => Err(ModelError::BadToken {
                 id: t,
@@ -243,11 +290,39 @@ impl Model {
         seqs: &[Range<usize>],
         pool: &dyn ThreadPool,
     ) -> Result<(), ModelError> {
+        self.forward_segments(ws, tokens, seqs, &[], pool)
+    }
+
+    /// [`Model::forward_sequences`] for pairs: sequence `s` has its second
+    /// segment from offset `segment_b[s]` on (its length when it has none;
+    /// an empty `segment_b` means no sequence has one). Encoders add the
+    /// second token-type row there where the file has one; decoders ignore it.
+    pub fn forward_segments(
+        &self,
+        ws: &mut Workspace,
+        tokens: &[u32],
+        seqs: &[Range<usize>],
+        segment_b: &[usize],
+        pool: &dyn ThreadPool,
+    ) -> Result<(), ModelError> {
+        if !segment_b.is_empty() && segment_b.len() != seqs.len() {
+            return Err(ModelError::Input(format!(
+                "{} segment offsets for {} sequences",
+                segment_b.len(),
+                seqs.len()
+            )));
+        }
         let t = tokens.len();
         ws.ensure(&self.hp, t);
-        let Workspace { bufs, pos, seq, .. } = ws;
+        let Workspace {
+            bufs,
+            pos,
+            seq,
+            types,
+            ..
+        } = ws;
         let mut covered = 0;
-        for s in seqs {
+        for (si, s) in seqs.iter().enumerate() {
             if s.start != covered || s.end < s.start || s.end > t {
                 return Err(ModelError::Input(format!(
                     "sequence ranges must tile the batch in order; got {s:?} after {covered}"
@@ -260,9 +335,11 @@ impl Model {
                     at_least: false,
                 });
             }
+            let b_from = segment_b.get(si).copied().unwrap_or(s.len());
             for (i, p) in s.clone().enumerate() {
                 pos[p] = i;
                 seq[p] = (s.start, s.end);
+                types[p] = u8::from(i >= b_from);
             }
             covered = s.end;
         }
@@ -272,6 +349,10 @@ impl Model {
             ));
         }
         bufs.t = t;
+        if let Some(enc) = &self.encoder {
+            self.check_tokens(tokens)?;
+            return enc.forward(self, ws, tokens, pool);
+        }
         self.embed_tokens(bufs, tokens)?;
         self.rope_tables(bufs, &pos[..t], self.hp.n_ctx_orig, pool);
         let causal = self.hp.causal;
@@ -369,7 +450,13 @@ impl Model {
     /// The batch's RoPE tables (`b.rope`) for a context of `n_ctx`
     /// positions, once per forward instead of once per layer and per Q and
     /// K: the same values, computed the same way.
-    fn rope_tables(&self, b: &mut Buffers, pos: &[usize], n_ctx: usize, pool: &dyn ThreadPool) {
+    pub(crate) fn rope_tables(
+        &self,
+        b: &mut Buffers,
+        pos: &[usize],
+        n_ctx: usize,
+        pool: &dyn ThreadPool,
+    ) {
         let hp = &self.hp;
         let (t, rd) = (b.t, hp.rope_dims);
         let factors = self.rope_factors.for_context(n_ctx, hp.n_ctx_orig);

@@ -137,7 +137,7 @@ impl Layer {
 }
 
 /// A vector the file may or may not have.
-pub(super) fn optional<D: AsRef<[u8]>>(
+pub(crate) fn optional<D: AsRef<[u8]>>(
     ld: &Loader<'_, D>,
     name: &str,
     len: usize,
