@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use lamina_model::embed::{DOCUMENT_PREFIX, EmbedOptions, Embedder, QUERY_PREFIX};
+use lamina_model::embed::{EmbedOptions, Embedder};
 use lamina_model::tokenizer::Tokenizer;
 use lamina_model::{Load, Rayon, SpinPool, ThreadPool};
 use serde_json::json;
@@ -22,7 +22,9 @@ pub struct Args {
     /// Read texts from a file, one per line.
     #[arg(long)]
     file: Option<PathBuf>,
-    /// Task prompt: `query`, `document`, or any other text used as the prefix.
+    /// Task prompt: one of the model's prompt names (EmbeddingGemma: `query`,
+    /// `document`, ...; nomic: `search_query`, ...), or any other text used
+    /// as the prefix.
     #[arg(long)]
     task: Option<String>,
     /// Matryoshka dimension (e.g. 512, 256, 128): truncate and re-normalise.
@@ -76,7 +78,7 @@ pub fn thread_pool(threads: Option<usize>) -> Result<Box<dyn ThreadPool>> {
 
 /// Texts from arguments, else a file, else stdin (one per line; `\n` or
 /// `\r\n` ends a line).
-fn read_texts(texts: Vec<String>, file: Option<&PathBuf>) -> Result<Vec<String>> {
+pub fn read_texts(texts: Vec<String>, file: Option<&PathBuf>) -> Result<Vec<String>> {
     if !texts.is_empty() {
         return Ok(texts);
     }
@@ -120,6 +122,12 @@ pub fn run(args: Args) -> Result<()> {
         .open(&path)
         .with_context(|| format!("loading {}", path.display()))?;
     let mut embedder = Embedder::new(model)?;
+    if embedder.is_reranker() {
+        bail!(
+            "{} is a reranker (a cross-encoder), not an embedding model: use `lamina rerank` with it",
+            path.display()
+        );
+    }
     tracing::info!(
         "loaded {} in {:.0} ms; kernels {:?}, {} threads",
         path.display(),
@@ -129,15 +137,17 @@ pub fn run(args: Args) -> Result<()> {
     );
     let prefix = match args.task.as_deref() {
         None => String::new(),
-        Some("query") => QUERY_PREFIX.to_string(),
-        Some("document") => DOCUMENT_PREFIX.to_string(),
-        Some(custom) => custom.to_string(),
+        Some(name) => match embedder.task_prefix(name) {
+            Some(prefix) => prefix.to_string(),
+            None => name.to_string(),
+        },
     };
     let opts = EmbedOptions {
         prefix,
         dim: args.dim,
         truncate: args.truncate,
         batch_tokens: args.batch_tokens.max(1),
+        ..EmbedOptions::default()
     };
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let t1 = Instant::now();

@@ -11,6 +11,7 @@ mod inspect;
 mod logits;
 mod models;
 mod quantize;
+mod rerank;
 mod serve;
 
 use std::process::ExitCode;
@@ -52,8 +53,10 @@ enum Command {
     Convert(convert::Args),
     /// Rewrite a GGUF with its weights in another type, as llama-quantize does.
     Quantize(quantize::Args),
-    /// Embed texts with an embedding model (EmbeddingGemma).
+    /// Embed texts with an embedding model (EmbeddingGemma, BERT family, ...).
     Embed(embed::Args),
+    /// Score documents against a query with a reranker (cross-encoder).
+    Rerank(rerank::Args),
     /// Continue a prompt with a generative model, streaming the text.
     Generate(generate::Args),
     /// Chat with a generative model (multi-turn, interactive).
@@ -78,6 +81,7 @@ fn main() -> ExitCode {
             convert::run(args)
         }
         Command::Embed(args) => embed::run(args),
+        Command::Rerank(args) => rerank::run(args),
         Command::Quantize(args) => {
             remove_temporaries_on_ctrl_c();
             quantize::run(args)

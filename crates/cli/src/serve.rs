@@ -13,9 +13,10 @@ use crate::models;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Model file or name in the models directory (repeatable). Embedding
-    /// models (gemma-embedding) serve /v1/embeddings, the others
-    /// /v1/completions and /v1/chat/completions; requests name a model by its
-    /// file name without `.gguf`.
+    /// models serve /v1/embeddings, rerankers (cross-encoders) /v1/rerank,
+    /// the others /v1/completions and /v1/chat/completions; every model
+    /// serves /tokenize and /detokenize. Requests name a model by its file
+    /// name without `.gguf`.
     #[arg(short, long = "model", required = true)]
     models: Vec<String>,
     /// Address to listen on.
@@ -51,9 +52,20 @@ pub struct Args {
     /// Largest request body in bytes.
     #[arg(long, default_value_t = 8 << 20)]
     max_body: usize,
-    /// Most inputs in one embeddings request.
+    /// Most inputs in one embeddings request, or documents in one rerank request.
     #[arg(long, default_value_t = 2048)]
     max_inputs: usize,
+    /// Largest rerank query or document, in bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    max_document_bytes: usize,
+    /// The task prompt (e.g. `query`, `search_document`) of embeddings
+    /// requests that name none, for the models that have it.
+    #[arg(long)]
+    default_task: Option<String>,
+    /// Cut texts (rerank: documents) longer than the context instead of
+    /// refusing them, unless a request says `"truncate": false`.
+    #[arg(long)]
+    truncate: bool,
     /// Seconds a client has to send a request head; also how long an idle
     /// keep-alive connection waits for its next request.
     #[arg(long, default_value_t = 10.0)]
@@ -118,6 +130,9 @@ pub fn run(args: Args) -> Result<()> {
         max_queue: args.max_queue,
         max_body: args.max_body,
         max_inputs: args.max_inputs,
+        max_document_bytes: args.max_document_bytes,
+        default_task: args.default_task,
+        truncate: args.truncate,
         kv: match args.kv_type {
             KvArg::F16 => lamina_model::KvType::F16,
             KvArg::F32 => lamina_model::KvType::F32,

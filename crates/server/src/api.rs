@@ -71,6 +71,15 @@ pub struct EmbeddingsRequest {
     /// Matryoshka truncation (re-normalised).
     #[serde(default)]
     pub dimensions: Option<i64>,
+    /// A task prompt of the model (`query`, `document`, …) prepended to texts.
+    #[serde(default)]
+    pub task: Option<String>,
+    /// sentence-transformers' name for `task`.
+    #[serde(default)]
+    pub prompt_name: Option<String>,
+    /// Cut texts longer than the context instead of refusing them.
+    #[serde(default)]
+    pub truncate: Option<bool>,
     #[serde(default)]
     pub user: Option<Shape>,
 }

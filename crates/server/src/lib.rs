@@ -10,7 +10,9 @@
 //! * [`guard`] holds the checks every request passes: the `Host` check
 //!   against DNS rebinding, the in-flight limit, the JSON content type, the
 //!   body size and deadline.
-//! * [`routes`] holds the handlers, [`api`] the request and response bodies,
+//! * [`routes`] holds the routes, the middleware and the generation
+//!   handlers; [`embeddings`], [`rerank`] and [`tokenize`] the other
+//!   handlers; [`api`] the request and response bodies,
 //!   [`input`] the typed forms of the fields a client can make large (never
 //!   a generic JSON tree), [`metrics`] the Prometheus counters, [`sched`] the
 //!   queues and the fair turnstile every forward pass goes through.
@@ -28,13 +30,16 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod embeddings;
 pub mod error;
 pub mod guard;
 pub mod http;
 pub mod input;
 pub mod metrics;
+pub mod rerank;
 pub mod routes;
 pub mod sched;
+pub mod tokenize;
 pub mod workers;
 
 use std::net::SocketAddr;
@@ -49,10 +54,11 @@ use lamina_model::embed::Embedder;
 use lamina_model::tokenizer::Tokenizer;
 use lamina_model::{KvType, LoadOptions};
 
+pub use embeddings::{EmbedModel, EmbedQueue};
 pub use error::{ApiError, ServeError};
 use metrics::Metrics;
 use sched::{JobQueue, Turnstile};
-use workers::{Batching, EmbedJob, GenJob, GenModel};
+use workers::{Batching, EmbedJob, GenJob, GenModel, RerankJob};
 
 /// The default generation context: the training context, at most this.
 pub const DEFAULT_CTX: usize = 4096;
@@ -80,8 +86,16 @@ pub struct ServeConfig {
     pub max_queue: usize,
     /// Largest request body, in bytes (beyond: 413).
     pub max_body: usize,
-    /// Most inputs in one embeddings request.
+    /// Most inputs in one embeddings request, or documents in one rerank request.
     pub max_inputs: usize,
+    /// Largest rerank query or document, in bytes.
+    pub max_document_bytes: usize,
+    /// The task prompt (`query`, `document`, …) of embeddings requests that
+    /// name none, for the models that have it.
+    pub default_task: Option<String>,
+    /// Whether embeddings and rerank requests that do not say cut over-long
+    /// texts to the context (rerank: the document's end) instead of refusing them.
+    pub truncate: bool,
     pub kv: KvType,
     /// How model files are loaded. Default: mapped, and every model's
     /// matrices stored as panels where the ISA has them (a served model is
@@ -126,6 +140,9 @@ impl Default for ServeConfig {
             max_queue: 128,
             max_body: 8 << 20,
             max_inputs: 2048,
+            max_document_bytes: 1 << 20,
+            default_task: None,
+            truncate: false,
             kv: KvType::F16,
             load: LoadOptions::new().panels(true),
             header_timeout: Duration::from_secs(10),
@@ -139,17 +156,6 @@ impl Default for ServeConfig {
             special_in_content: false,
         }
     }
-}
-
-/// A loaded embedding model as the handlers see it (the worker owns the
-/// `Embedder`; the handlers tokenize with their own copy of the tokenizer).
-pub struct EmbedModel {
-    pub name: String,
-    pub tok: Tokenizer,
-    pub n_ctx: usize,
-    pub dim: usize,
-    pub n_vocab: usize,
-    pub queue: Arc<JobQueue<EmbedJob>>,
 }
 
 /// A loaded generative model as the handlers see it.
@@ -216,12 +222,83 @@ impl AppState {
         }
     }
 
-    pub fn embedder(&self, requested: Option<&str>) -> Result<&EmbedModel, ApiError> {
-        self.pick(&self.embedders, |m| &m.name, requested, "embeddings")
+    /// The embedding model (`rerank` false) or reranker (`rerank` true) a
+    /// request names; naming one of the other kind is a 400 that says so.
+    pub fn embedder(&self, requested: Option<&str>, rerank: bool) -> Result<&EmbedModel, ApiError> {
+        let (what, route) = if rerank {
+            ("reranking", "/v1/rerank")
+        } else {
+            ("embeddings", "/v1/embeddings")
+        };
+        if let Some(name) = requested
+            && let Some(m) = self.embedders.iter().find(|m| m.name == name)
+            && m.is_reranker() != rerank
+        {
+            let (kind, serves) = if m.is_reranker() {
+                ("a reranker", "/v1/rerank")
+            } else {
+                ("an embedding model", "/v1/embeddings")
+            };
+            return Err(ApiError::invalid_param(
+                "model",
+                format!("The model {name} is {kind}: it answers {serves}, not {route}"),
+            )
+            .code("model_not_supported"));
+        }
+        let kind: Vec<&EmbedModel> = self
+            .embedders
+            .iter()
+            .filter(|m| m.is_reranker() == rerank)
+            .collect();
+        if kind.is_empty() && !self.embedders.is_empty() {
+            let other = if rerank {
+                "embedding models, which answer /v1/embeddings"
+            } else {
+                "rerankers, which answer /v1/rerank"
+            };
+            return Err(ApiError::invalid(format!(
+                "No loaded model serves {what}: the embedding models loaded ({}) are {other}",
+                self.embedders
+                    .iter()
+                    .map(|m| m.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+            .param("model")
+            .code("model_not_supported"));
+        }
+        self.pick(&kind, |m| &m.name, requested, what).copied()
     }
 
     pub fn generator(&self, requested: Option<&str>) -> Result<&GenHandle, ApiError> {
         self.pick(&self.generators, |m| &m.name, requested, "text generation")
+    }
+
+    /// Which model's tokenizer a request names, among all loaded models
+    /// (as on the other routes, a lone model need not be named): its index
+    /// for [`AppState::tokenizer_at`] and its vocabulary size.
+    pub fn tokenizer(&self, requested: Option<&str>) -> Result<(usize, usize), ApiError> {
+        let all: Vec<(usize, &str, usize)> = self
+            .embedders
+            .iter()
+            .map(|e| (e.name.as_str(), e.n_vocab))
+            .chain(self.generators.iter().map(|g| {
+                let n = g.model.model.hp.n_vocab.min(g.model.tok.n_vocab());
+                (g.name.as_str(), n)
+            }))
+            .enumerate()
+            .map(|(i, (name, n))| (i, name, n))
+            .collect();
+        self.pick(&all, |m| m.1, requested, "tokenizing")
+            .map(|m| (m.0, m.2))
+    }
+
+    /// The tokenizer of the `i`-th loaded model (embedding models first).
+    pub fn tokenizer_at(&self, i: usize) -> &Tokenizer {
+        match self.embedders.get(i) {
+            Some(e) => &e.tok,
+            None => &self.generators[i - self.embedders.len()].model.tok,
+        }
     }
 }
 
@@ -253,6 +330,7 @@ impl Server {
             cfg.max_batch,
             cfg.max_queue,
             cfg.max_inputs,
+            cfg.max_document_bytes,
             cfg.max_connections,
             cfg.max_in_flight,
             cfg.max_request_tokens,
@@ -260,8 +338,8 @@ impl Server {
         .contains(&0)
         {
             return Err(ServeError::Config(
-                "--parallel, --max-batch, --max-queue, --max-inputs, --max-connections, \
-                 --max-in-flight and --max-request-tokens must be at least 1"
+                "--parallel, --max-batch, --max-queue, --max-inputs, --max-document-bytes, \
+                 --max-connections, --max-in-flight and --max-request-tokens must be at least 1"
                     .into(),
             ));
         }
@@ -344,32 +422,60 @@ impl Server {
                 let tok =
                     Tokenizer::from_gguf(&embedder.model.file).map_err(|e| model_err(e.into()))?;
                 let hp = &embedder.model.hp;
-                let n_ctx = hp.n_ctx_train;
+                let n_ctx = embedder.n_ctx();
+                let reranker = embedder.is_reranker();
+                let embedder_dim = embedder.dim();
+                let n_vocab = hp.n_vocab.min(tok.n_vocab());
+                let tasks = embedder.tasks();
+                if let Some(task) = &cfg.default_task
+                    && !reranker
+                    && !tasks.is_empty()
+                    && !tasks.iter().any(|(n, _)| n == task)
+                {
+                    return Err(ServeError::Config(format!(
+                        "--default-task {task:?} is not a task prompt of {name}, which knows {}",
+                        tasks.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                    )));
+                }
                 tracing::info!(
-                    "{name}: {} embeddings, {} dimensions, context {n_ctx}",
+                    "{name}: {} {}, {} dimensions, context {n_ctx}",
                     hp.arch_name,
+                    if reranker { "reranking" } else { "embeddings" },
                     hp.n_embd
                 );
-                let queue = Arc::new(JobQueue::default());
-                embedders.push(EmbedModel {
-                    name: name.clone(),
-                    n_ctx,
-                    dim: embedder.dim(),
-                    n_vocab: hp.n_vocab.min(tok.n_vocab()),
-                    tok,
-                    queue: queue.clone(),
-                });
                 let batching = Batching {
                     max_batch: cfg.max_batch,
                     window: cfg.batch_window,
                     batch_tokens: cfg.batch_tokens,
                 };
                 let (t, m) = (turnstile.clone(), metrics.clone());
-                threads.push(
-                    std::thread::Builder::new()
-                        .name(format!("embed-{name}"))
-                        .spawn(move || workers::embed_worker(embedder, queue, t, m, batching))?,
-                );
+                let thread = std::thread::Builder::new().name(format!("embed-{name}"));
+                let queue = if reranker {
+                    let q = Arc::new(JobQueue::<RerankJob>::default());
+                    let q2 = q.clone();
+                    threads.push(
+                        thread
+                            .spawn(move || workers::embed_worker(embedder, q2, t, m, batching))?,
+                    );
+                    EmbedQueue::Pairs(q)
+                } else {
+                    let q = Arc::new(JobQueue::<EmbedJob>::default());
+                    let q2 = q.clone();
+                    threads.push(
+                        thread
+                            .spawn(move || workers::embed_worker(embedder, q2, t, m, batching))?,
+                    );
+                    EmbedQueue::Texts(q)
+                };
+                embedders.push(EmbedModel {
+                    name: name.clone(),
+                    n_ctx,
+                    dim: embedder_dim,
+                    n_vocab,
+                    tok,
+                    tasks,
+                    queue,
+                });
             }
         }
         let cfg_in_flight = cfg.max_in_flight;
@@ -420,7 +526,10 @@ impl Drop for Server {
     /// Closes the queues and waits for the inference threads to finish.
     fn drop(&mut self) {
         for e in &self.state.embedders {
-            e.queue.close();
+            match &e.queue {
+                EmbedQueue::Texts(q) => q.close(),
+                EmbedQueue::Pairs(q) => q.close(),
+            }
         }
         for g in &self.state.generators {
             g.queue.close();

@@ -73,6 +73,9 @@ pub enum Route {
     Embeddings,
     Completions,
     ChatCompletions,
+    Rerank,
+    Tokenize,
+    Detokenize,
     Models,
     Health,
     Metrics,
@@ -80,10 +83,13 @@ pub enum Route {
 }
 
 impl Route {
-    pub const ALL: [Route; 7] = [
+    pub const ALL: [Route; 10] = [
         Route::Embeddings,
         Route::Completions,
         Route::ChatCompletions,
+        Route::Rerank,
+        Route::Tokenize,
+        Route::Detokenize,
         Route::Models,
         Route::Health,
         Route::Metrics,
@@ -95,6 +101,9 @@ impl Route {
             "/v1/embeddings" => Route::Embeddings,
             "/v1/completions" => Route::Completions,
             "/v1/chat/completions" => Route::ChatCompletions,
+            "/v1/rerank" | "/v1/reranking" | "/rerank" | "/reranking" => Route::Rerank,
+            "/tokenize" => Route::Tokenize,
+            "/detokenize" => Route::Detokenize,
             p if p == "/v1/models" || p.starts_with("/v1/models/") => Route::Models,
             "/health" => Route::Health,
             "/metrics" => Route::Metrics,
@@ -107,6 +116,9 @@ impl Route {
             Route::Embeddings => "/v1/embeddings",
             Route::Completions => "/v1/completions",
             Route::ChatCompletions => "/v1/chat/completions",
+            Route::Rerank => "/v1/rerank",
+            Route::Tokenize => "/tokenize",
+            Route::Detokenize => "/detokenize",
             Route::Models => "/v1/models",
             Route::Health => "/health",
             Route::Metrics => "/metrics",
@@ -117,8 +129,8 @@ impl Route {
 
 /// Everything `/metrics` reports.
 pub struct Metrics {
-    requests: [AtomicU64; 7],
-    latency: [Histogram; 7],
+    requests: [AtomicU64; Route::ALL.len()],
+    latency: [Histogram; Route::ALL.len()],
     errors: Mutex<BTreeMap<(Route, u16), u64>>,
     pub in_flight: AtomicI64,
     pub embed_queue: AtomicI64,
@@ -129,6 +141,8 @@ pub struct Metrics {
     pub embedding_tokens: AtomicU64,
     pub embedding_inputs: AtomicU64,
     pub embedding_batches: AtomicU64,
+    pub rerank_tokens: AtomicU64,
+    pub rerank_pairs: AtomicU64,
     pub cancelled: AtomicU64,
     pub embed_cancelled: AtomicU64,
     pub rejected: AtomicU64,
@@ -152,6 +166,8 @@ impl Default for Metrics {
             embedding_tokens: AtomicU64::new(0),
             embedding_inputs: AtomicU64::new(0),
             embedding_batches: AtomicU64::new(0),
+            rerank_tokens: AtomicU64::new(0),
+            rerank_pairs: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
             embed_cancelled: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
@@ -270,8 +286,20 @@ impl Metrics {
         counter(
             &mut o,
             "lamina_embedding_batches_total",
-            "Embedding forward passes (each of up to --batch-tokens tokens).",
+            "Embedding and reranking forward passes (each of up to --batch-tokens tokens).",
             self.embedding_batches.load(Relaxed),
+        );
+        counter(
+            &mut o,
+            "lamina_rerank_tokens_total",
+            "Tokens of the query-document pairs scored.",
+            self.rerank_tokens.load(Relaxed),
+        );
+        counter(
+            &mut o,
+            "lamina_rerank_pairs_total",
+            "Query-document pairs scored.",
+            self.rerank_pairs.load(Relaxed),
         );
         counter(
             &mut o,

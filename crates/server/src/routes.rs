@@ -17,22 +17,28 @@ use axum::routing::{get, post};
 use lamina_model::ModelError;
 use lamina_model::generate::GenerateOptions;
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
-use crate::api::{self, EmbeddingsRequest, GenRequest, Reply, Usage};
-use crate::error::{ApiError, ServeError, from_model, too_many_tokens};
+use crate::api::{self, GenRequest, Reply, Usage};
+use crate::error::{ApiError, ServeError, from_model};
 use crate::guard::{self, InFlightPermit};
 use crate::input::{self, Input, InputLimits};
 use crate::metrics::Route;
-use crate::workers::{EmbedJob, GenEvent, GenJob};
-use crate::{AppState, GenHandle};
+use crate::workers::{GenEvent, GenJob};
+use crate::{AppState, GenHandle, embeddings, rerank, tokenize};
 
-type St = State<Arc<AppState>>;
+pub(crate) type St = State<Arc<AppState>>;
 
 pub fn router(state: Arc<AppState>) -> Router {
     let protected = Router::new()
-        .route("/v1/embeddings", post(embeddings))
+        .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/v1/rerank", post(rerank::rerank))
+        .route("/v1/reranking", post(rerank::rerank))
+        .route("/rerank", post(rerank::rerank))
+        .route("/reranking", post(rerank::rerank))
+        .route("/tokenize", post(tokenize::tokenize))
+        .route("/detokenize", post(tokenize::detokenize))
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/models", get(list_models))
@@ -87,7 +93,7 @@ pub fn cors(origins: &[String]) -> Result<Option<CorsLayer>, ServeError> {
     ))
 }
 
-fn respond(r: Result<Response, ApiError>) -> Response {
+pub(crate) fn respond(r: Result<Response, ApiError>) -> Response {
     r.unwrap_or_else(IntoResponse::into_response)
 }
 
@@ -177,7 +183,7 @@ fn model_objects(s: &AppState) -> Vec<Value> {
     for e in &s.embedders {
         v.push(json!({
             "id": e.name, "object": "model", "created": s.started, "owned_by": "lamina",
-            "meta": {"kind": "embedding", "n_ctx": e.n_ctx, "n_embd": e.dim, "n_vocab": e.n_vocab},
+            "meta": {"kind": if e.is_reranker() { "rerank" } else { "embedding" }, "n_ctx": e.n_ctx, "n_embd": e.dim, "n_vocab": e.n_vocab},
         }));
     }
     for g in &s.generators {
@@ -207,8 +213,9 @@ async fn get_model(State(s): St, Path(id): Path<String>) -> Response {
 
 async fn not_found(req: Request) -> Response {
     ApiError::not_found(format!(
-        "Unknown route {} {}: this server answers POST /v1/embeddings, /v1/completions, \
-         /v1/chat/completions and GET /v1/models, /health, /metrics",
+        "Unknown route {} {}: this server answers POST /v1/embeddings, /v1/rerank (also \
+         /v1/reranking, /rerank, /reranking), /v1/completions, /v1/chat/completions, /tokenize, \
+         /detokenize and GET /v1/models, /health, /metrics",
         req.method(),
         req.uri().path()
     ))
@@ -225,142 +232,9 @@ async fn method_not_allowed(req: Request) -> Response {
     .into_response()
 }
 
-fn join_error(e: tokio::task::JoinError) -> ApiError {
+pub(crate) fn join_error(e: tokio::task::JoinError) -> ApiError {
     tracing::error!("a tokenizing task failed: {e}");
     ApiError::internal("tokenizing the input failed inside the server")
-}
-
-// ---------------------------------------------------------------------------
-// Embeddings
-
-async fn embeddings(State(s): St, req: Request) -> Response {
-    respond(embeddings_inner(s, req).await)
-}
-
-async fn embeddings_inner(s: Arc<AppState>, req: Request) -> Result<Response, ApiError> {
-    let body = guard::json_body(&s, req).await?;
-    let req: EmbeddingsRequest = api::parse(&body)?;
-    drop(body);
-    let em = s.embedder(req.model.as_deref())?;
-    let index = s
-        .embedders
-        .iter()
-        .position(|e| std::ptr::eq(e, em))
-        .unwrap_or(0);
-    let enc = api::encoding(req.encoding_format.as_deref())?;
-    let dim = api::dimensions(req.dimensions, em.dim)?;
-    let budget = s.cfg.max_request_tokens;
-    let lim = InputLimits {
-        n_vocab: em.n_vocab,
-        max_inputs: s.cfg.max_inputs,
-        max_tokens: budget,
-    };
-    let inputs = input::parse_inputs("input", &req.input, lim)?;
-    drop(req);
-    let many = inputs.many;
-    let st = s.clone();
-    let seqs = tokio::task::spawn_blocking(move || {
-        let em = &st.embedders[index];
-        let mut total = 0usize;
-        inputs
-            .items
-            .into_iter()
-            .enumerate()
-            .map(|(i, input)| {
-                let param = if many {
-                    format!("input[{i}]")
-                } else {
-                    "input".to_string()
-                };
-                let context = |n: usize, at_least: bool| {
-                    ApiError::invalid_param(
-                        &param,
-                        format!(
-                            "'{param}' has {}{n} tokens, more than the model's context of {} tokens",
-                            if at_least { "at least " } else { "" },
-                            em.n_ctx
-                        ),
-                    )
-                    .code("context_length_exceeded")
-                };
-                let left = budget - total;
-                let ids = match input {
-                    // Refused as soon as the text cannot fit, before it is
-                    // all tokenized.
-                    Input::Text(t) => match em.tok.encode_within(&t, true, true, em.n_ctx.min(left)) {
-                        Ok(ids) => ids,
-                        Err(ModelError::ContextExceeded {
-                            n_tokens, at_least, ..
-                        }) => {
-                            return Err(if left < em.n_ctx {
-                                too_many_tokens("input", budget)
-                            } else {
-                                context(n_tokens, at_least)
-                            });
-                        }
-                        Err(e) => return Err(from_model(&e)),
-                    },
-                    Input::Tokens(t) => t,
-                };
-                if ids.len() > left {
-                    return Err(too_many_tokens("input", budget));
-                }
-                total += ids.len();
-                if ids.is_empty() {
-                    return Err(ApiError::invalid_param(
-                        &param,
-                        format!("'{param}' gives no tokens"),
-                    ));
-                }
-                if ids.len() > em.n_ctx {
-                    return Err(context(ids.len(), false));
-                }
-                Ok(ids)
-            })
-            .collect::<Result<Vec<_>, _>>()
-    })
-    .await
-    .map_err(join_error)??;
-    let n_tokens: usize = seqs.iter().map(Vec::len).sum();
-
-    let (tx, rx) = oneshot::channel();
-    let job = EmbedJob {
-        seqs,
-        reply: tx,
-        enqueued: Instant::now(),
-    };
-    s.metrics.embed_queue.fetch_add(1, Relaxed);
-    if em.queue.push(job, s.cfg.max_queue).is_err() {
-        s.metrics.embed_queue.fetch_sub(1, Relaxed);
-        s.metrics.rejected.fetch_add(1, Relaxed);
-        return Err(ApiError::busy(format!(
-            "The server is busy: {} embedding requests are already waiting; retry later",
-            s.cfg.max_queue
-        )));
-    }
-    let vectors = rx
-        .await
-        .map_err(|_| ApiError::internal("the embedding worker stopped"))??;
-
-    let data = vectors
-        .into_iter()
-        .enumerate()
-        .map(|(index, v)| api::EmbeddingData {
-            object: "embedding",
-            index,
-            embedding: api::EmbeddingValue::new(api::truncate_normalise(v, dim), enc),
-        })
-        .collect();
-    let resp = api::EmbeddingsResponse {
-        object: "list",
-        data,
-        model: em.name.clone(),
-        usage: api::EmbeddingUsage {
-            prompt_tokens: n_tokens,
-            total_tokens: n_tokens,
-        },
-    };
-    Ok(axum::Json(resp).into_response())
 }
 
 // ---------------------------------------------------------------------------

@@ -3,9 +3,10 @@
 //! holds a turn of the shared [`Turnstile`], so one pass runs at a time on
 //! the compute pool and the async threads stay free to answer `/health`.
 //!
-//! * An embedding model has one worker. It takes the oldest job, then keeps
-//!   taking queued jobs for a short window (or until `max_batch` texts), and
-//!   embeds their texts packed whole into forward passes of up to
+//! * An embedding model (or a reranker) has one worker. It takes the oldest
+//!   job, then keeps taking queued jobs for a short window (or until
+//!   `max_batch` texts or pairs), and embeds their texts (or scores their
+//!   query-document pairs) packed whole into forward passes of up to
 //!   `batch_tokens` tokens, one turn of the turnstile per pass, so other
 //!   models' work interleaves with a large request. Between passes the texts
 //!   of a job whose client went away are dropped, and a job whose texts are
@@ -26,24 +27,92 @@ use std::time::{Duration, Instant};
 
 use lamina_model::Rayon;
 use lamina_model::chat::ChatTemplate;
-use lamina_model::embed::{EmbedOptions, Embedder};
+use lamina_model::embed::{EmbedOptions, Embedder, Pair};
 use lamina_model::generate::{GenerateOptions, Session, StopReason};
 use lamina_model::sampling::{Sampler, SamplerParams};
 use lamina_model::tokenizer::Tokenizer;
-use lamina_model::{KvType, Model};
+use lamina_model::{KvType, Model, ModelError};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{ApiError, from_model};
 use crate::metrics::Metrics;
 use crate::sched::{JobQueue, Turnstile};
 
-/// A batch of texts (as token ids) to embed; the answer is one full-width,
-/// L2-normalised vector per text.
-pub struct EmbedJob {
-    pub seqs: Vec<Vec<u32>>,
-    pub reply: oneshot::Sender<Result<Vec<Vec<f32>>, ApiError>>,
+/// What an embedding worker computes for one item of a job: a text's
+/// vector, or a query-document pair's relevance logit.
+pub trait Work: Send + Sized + 'static {
+    type Out: Send + 'static;
+    /// The tokens the item puts into a forward pass.
+    fn n_tokens(&self) -> usize;
+    /// Moves the item out, leaving an empty one behind.
+    fn take(&mut self) -> Self;
+    /// One forward pass over `items`.
+    fn run(
+        embedder: &mut Embedder,
+        items: &[Self],
+        opts: &EmbedOptions,
+    ) -> Result<Vec<Self::Out>, ModelError>;
+    /// Counts a finished pass in the metrics.
+    fn count(metrics: &Metrics, n_items: usize, n_tokens: usize);
+}
+
+/// A text as token ids; its answer is one full-width, L2-normalised vector.
+impl Work for Vec<u32> {
+    type Out = Vec<f32>;
+    fn n_tokens(&self) -> usize {
+        self.len()
+    }
+    fn take(&mut self) -> Self {
+        std::mem::take(self)
+    }
+    fn run(
+        e: &mut Embedder,
+        items: &[Self],
+        opts: &EmbedOptions,
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
+        Ok(e.embed_ids(items, opts, &Rayon)?
+            .into_iter()
+            .map(|e| e.vector)
+            .collect())
+    }
+    fn count(metrics: &Metrics, n_items: usize, n_tokens: usize) {
+        metrics.embedding_tokens.fetch_add(n_tokens as u64, Relaxed);
+        metrics.embedding_inputs.fetch_add(n_items as u64, Relaxed);
+    }
+}
+
+/// A query-document pair; its answer is the reranker's raw logit.
+impl Work for Pair {
+    type Out = f32;
+    fn n_tokens(&self) -> usize {
+        self.ids.len()
+    }
+    fn take(&mut self) -> Self {
+        Pair {
+            ids: std::mem::take(&mut self.ids),
+            segment_b: self.segment_b,
+        }
+    }
+    fn run(e: &mut Embedder, items: &[Self], opts: &EmbedOptions) -> Result<Vec<f32>, ModelError> {
+        e.score_pairs(items, opts, &Rayon)
+    }
+    fn count(metrics: &Metrics, n_items: usize, n_tokens: usize) {
+        metrics.rerank_tokens.fetch_add(n_tokens as u64, Relaxed);
+        metrics.rerank_pairs.fetch_add(n_items as u64, Relaxed);
+    }
+}
+
+/// A request's items, answered together once all are done.
+pub struct Job<W: Work> {
+    pub items: Vec<W>,
+    pub reply: oneshot::Sender<Result<Vec<W::Out>, ApiError>>,
     pub enqueued: Instant,
 }
+
+/// Texts to embed.
+pub type EmbedJob = Job<Vec<u32>>;
+/// Query-document pairs to score.
+pub type RerankJob = Job<Pair>;
 
 /// How the embedding worker batches.
 #[derive(Clone, Copy, Debug)]
@@ -53,29 +122,29 @@ pub struct Batching {
     pub batch_tokens: usize,
 }
 
-pub fn embed_worker(
+/// The worker of an embedding model (`W` = texts) or a reranker (`W` = pairs).
+pub fn embed_worker<W: Work>(
     mut embedder: Embedder,
-    queue: Arc<JobQueue<EmbedJob>>,
+    queue: Arc<JobQueue<Job<W>>>,
     turnstile: Arc<Turnstile>,
     metrics: Arc<Metrics>,
     cfg: Batching,
 ) {
+    // Prefixes and truncation were applied when the handler tokenized.
     let opts = EmbedOptions {
-        prefix: String::new(),
-        dim: None,
-        truncate: false,
         batch_tokens: cfg.batch_tokens.max(1),
+        ..EmbedOptions::default()
     };
     while let Some(first) = queue.pop() {
-        let mut n_texts = first.seqs.len();
+        let mut n_items = first.items.len();
         let mut jobs = vec![first];
         let deadline = Instant::now() + cfg.window;
-        while n_texts < cfg.max_batch {
+        while n_items < cfg.max_batch {
             // Whatever queued while the last batch ran is taken at once; an
             // empty queue is waited on until the window closes.
             match queue.try_pop().or_else(|| queue.pop_until(deadline)) {
                 Some(j) => {
-                    n_texts += j.seqs.len();
+                    n_items += j.items.len();
                     jobs.push(j);
                 }
                 None => break,
@@ -89,86 +158,87 @@ pub fn embed_worker(
     }
 }
 
-/// A job being embedded: its texts, the vectors done so far, its reply.
-struct Running {
-    seqs: Vec<Vec<u32>>,
-    done: Vec<Vec<f32>>,
-    reply: Option<oneshot::Sender<Result<Vec<Vec<f32>>, ApiError>>>,
+/// A job being worked on: its items, the answers so far, its reply.
+struct Running<W: Work> {
+    items: Vec<W>,
+    done: Vec<W::Out>,
+    reply: Option<oneshot::Sender<Result<Vec<W::Out>, ApiError>>>,
 }
 
-/// Embeds `jobs` pass by pass; see the module documentation.
-fn run_embed_batch(
+/// Works through `jobs` pass by pass; see the module documentation.
+fn run_embed_batch<W: Work>(
     embedder: &mut Embedder,
-    jobs: Vec<EmbedJob>,
+    jobs: Vec<Job<W>>,
     opts: &EmbedOptions,
     turnstile: &Turnstile,
     metrics: &Metrics,
 ) {
-    let mut jobs: Vec<Running> = jobs
+    let mut jobs: Vec<Running<W>> = jobs
         .into_iter()
         .map(|j| Running {
-            done: Vec::with_capacity(j.seqs.len()),
-            seqs: j.seqs,
+            done: Vec::with_capacity(j.items.len()),
+            items: j.items,
             reply: Some(j.reply),
         })
         .collect();
-    // The next text to embed: (job, text).
-    let (mut job, mut text) = (0, 0);
-    let mut pass: Vec<Vec<u32>> = Vec::new();
+    // The next item to work on: (job, item).
+    let (mut job, mut item) = (0, 0);
+    let mut pass: Vec<W> = Vec::new();
     let mut owners: Vec<usize> = Vec::new();
     loop {
         // Clients that went away are not worked for any longer.
         for j in &mut jobs {
             if j.reply.as_ref().is_some_and(|r| r.is_closed()) {
                 j.reply = None;
-                j.seqs = Vec::new();
+                j.items = Vec::new();
                 metrics.embed_cancelled.fetch_add(1, Relaxed);
             }
         }
-        // Texts packed whole, as `embed_ids` packs them.
+        // Items packed whole, as `embed_ids` packs them.
         pass.clear();
         owners.clear();
         let mut n_tokens = 0;
         while job < jobs.len() {
-            if jobs[job].reply.is_none() || text >= jobs[job].seqs.len() {
-                (job, text) = (job + 1, 0);
+            if jobs[job].reply.is_none() || item >= jobs[job].items.len() {
+                (job, item) = (job + 1, 0);
                 continue;
             }
-            let len = jobs[job].seqs[text].len();
+            let len = jobs[job].items[item].n_tokens();
             if !pass.is_empty() && n_tokens + len > opts.batch_tokens {
                 break;
             }
-            pass.push(std::mem::take(&mut jobs[job].seqs[text]));
+            pass.push(jobs[job].items[item].take());
             owners.push(job);
             n_tokens += len;
-            text += 1;
+            item += 1;
         }
         if pass.is_empty() {
             return;
         }
         let result = {
             let _turn = turnstile.acquire();
-            catch_unwind(AssertUnwindSafe(|| embedder.embed_ids(&pass, opts, &Rayon)))
+            catch_unwind(AssertUnwindSafe(|| W::run(embedder, &pass, opts)))
         };
         metrics.embedding_batches.fetch_add(1, Relaxed);
         metrics.batch_texts.observe(pass.len() as f64);
         let err = match result {
-            Ok(Ok(vectors)) => {
-                metrics.embedding_tokens.fetch_add(n_tokens as u64, Relaxed);
-                metrics
-                    .embedding_inputs
-                    .fetch_add(pass.len() as u64, Relaxed);
-                for (e, &o) in vectors.into_iter().zip(&owners) {
+            Ok(Ok(outs)) if outs.len() == pass.len() => {
+                W::count(metrics, pass.len(), n_tokens);
+                for (out, &o) in outs.into_iter().zip(&owners) {
                     let j = &mut jobs[o];
-                    j.done.push(e.vector);
-                    if j.done.len() == j.seqs.len()
+                    j.done.push(out);
+                    if j.done.len() == j.items.len()
                         && let Some(reply) = j.reply.take()
                     {
                         let _ = reply.send(Ok(std::mem::take(&mut j.done)));
-                        j.seqs = Vec::new();
+                        j.items = Vec::new();
                     }
                 }
                 continue;
+            }
+            Ok(Ok(_)) => {
+                tracing::error!("the model answered a batch with the wrong number of results");
+                ApiError::internal(crate::error::INTERNAL)
             }
             Ok(Err(e)) => {
                 tracing::warn!("embedding batch failed: {e}");

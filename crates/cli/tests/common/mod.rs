@@ -50,3 +50,22 @@ pub fn err(out: &Output) -> String {
     assert!(!stderr.contains("panicked"), "{stderr}");
     stderr
 }
+
+/// The gold of a conformance checkpoint in `testdata/embedders/NAME/`.
+pub fn embedders_gold(name: &str) -> serde_json::Value {
+    let path = testdata("embedders", &format!("{name}/gold.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// A conformance checkpoint of `testdata/embedders/` rebuilt from its
+/// manifest and converted to an F32 GGUF by `lamina convert` in `dir`, with
+/// BERT's pooler kept so a cross-encoder scores as PyTorch does.
+pub fn checkpoint_gguf(name: &str, dir: &std::path::Path) -> PathBuf {
+    let folder = lamina_testkit::checkpoint::write_embedder(name, dir)
+        .unwrap_or_else(|e| panic!("rebuilding {name}: {e}"));
+    let output = dir.join(format!("{name}-F32.gguf"));
+    let (folder, out) = (folder.to_str().unwrap(), output.to_str().unwrap());
+    ok(&lamina(&["convert", folder, out, "--type", "f32"], b""));
+    output
+}

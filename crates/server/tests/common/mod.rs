@@ -198,3 +198,33 @@ pub fn metric(text: &str, name: &str) -> f64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("metric {name} missing in:\n{text}"))
 }
+
+/// The gold of a conformance checkpoint in `testdata/embedders/NAME/`.
+pub fn embedders_gold(name: &str) -> Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/embedders")
+        .join(name)
+        .join("gold.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// A conformance checkpoint of `testdata/embedders/` (`ms-marco`: a BERT
+/// cross-encoder, `minilm`: a BERT embedder) rebuilt from its manifest and
+/// converted to an F32 GGUF by `lamina_model::convert` in `dir`, with BERT's
+/// pooler kept so a cross-encoder scores as PyTorch does.
+pub fn checkpoint_gguf(name: &str, dir: &std::path::Path) -> PathBuf {
+    use lamina_model::convert::{ConvertOptions, OutType, convert};
+    let folder = lamina_testkit::checkpoint::write_embedder(name, dir)
+        .unwrap_or_else(|e| panic!("rebuilding {name}: {e}"));
+    let output = dir.join(format!("{name}-F32.gguf"));
+    let opts = ConvertOptions {
+        input: folder,
+        output: output.clone(),
+        out_type: OutType::F32,
+        dense_modules: false,
+        bert_pooler: true,
+    };
+    convert(&opts, &mut |_| {}).unwrap_or_else(|e| panic!("converting {name}: {e}"));
+    output
+}
