@@ -11,6 +11,9 @@
 //!   `llama-embedding` (batch: the wall time between its logged batch
 //!   decodes, the first one excluded as warm-up — see [`parse_decode_rate`];
 //!   one-shot: wall time of the process).
+//!   `-m all-MiniLM-L6-v2` (the checkpoint folder) measures five engines
+//!   instead: lamina, llama.cpp, sentence-transformers, ONNX Runtime F32 and
+//!   int8 (see [`engines`]).
 //! * `generate` — pp512 and tg128 tokens/s (`lamina bench generate`,
 //!   `llama-bench -p 512 -n 128`); both engines' tg128 starts from an empty
 //!   cache, as llama-bench's `-n` test does. tg128 also as GB/s of weights
@@ -51,6 +54,8 @@ use serde_json::{Value, json};
 use crate::bench_rules::{self as rules, WARMUP_RUNS, load_average};
 use crate::llama_cpp::{self, llama_cpp_bin};
 use crate::{cargo, lamina_bin, models, run, target_dir};
+
+mod engines;
 
 /// The short (9-word) and long (49-word) texts of the seeds' protocol,
 /// shared with the criterion benches in `benches/`.
@@ -95,7 +100,8 @@ pub(crate) struct Args {
     json: bool,
     /// Model file or name in the models directory (default: EmbeddingGemma
     /// Q8_0 for embed; SmolLM2 Q8_0, Gemma 3 270M Q4_K_M, EmbeddingGemma
-    /// Q4_K_M for generate).
+    /// Q4_K_M for generate). `embed -m all-MiniLM-L6-v2`: the five-engine
+    /// embedding bench.
     #[arg(short, long)]
     model: Option<String>,
     /// Timed runs per latency figure (after warm-up).
@@ -164,6 +170,9 @@ pub(crate) fn run_cmd(args: Args) -> Result<()> {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     ensure!(threads >= 1, "--threads must be at least 1");
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if args.what == Workload::Embed && args.model.as_deref().is_some_and(engines::selected) {
+        return engines::run_cmd(&args, threads, cores);
+    }
     ensure!(
         !args.synth.is_set() || matches!(args.what, Workload::Generate | Workload::All),
         "--synth applies to `bench generate` only"

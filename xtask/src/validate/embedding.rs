@@ -14,9 +14,6 @@ use super::{Ctx, Row, Status, read_json};
 use crate::bench::{LONG_TEXT, SHORT_TEXT};
 use crate::llama_cpp::{self, llama_cpp_bin};
 
-/// Minimum cosine between live llama.cpp vectors and the gold ones.
-const LIVE_VS_GOLD: f64 = 0.99999;
-
 /// An embedding input: `prefix + text` is what the model sees.
 #[derive(Clone, Debug)]
 pub(crate) struct EmbedText {
@@ -120,7 +117,7 @@ pub(super) fn load_embed_gold(dir: &Path) -> Result<Option<EmbedGold>> {
 }
 
 /// lamina's vectors for `texts` (one `lamina embed` call per distinct prefix).
-fn lamina_embed(ctx: &Ctx, model: &Path, texts: &[EmbedText]) -> Result<Vec<Vec<f32>>> {
+pub(super) fn lamina_embed(ctx: &Ctx, model: &Path, texts: &[EmbedText]) -> Result<Vec<Vec<f32>>> {
     let mut out: Vec<Option<Vec<f32>>> = vec![None; texts.len()];
     let mut prefixes: Vec<&str> = texts.iter().map(|t| t.prefix.as_str()).collect();
     prefixes.sort_unstable();
@@ -171,7 +168,7 @@ fn lamina_embed(ctx: &Ctx, model: &Path, texts: &[EmbedText]) -> Result<Vec<Vec<
 const LLAMA_SEP: &str = "<#lamina-no-split#>";
 
 /// llama.cpp's vector for one text, as `testdata/embed/make_gold.py` makes it.
-fn llama_embed(model: &Path, text: &str) -> Result<Vec<f32>> {
+pub(super) fn llama_embed(model: &Path, text: &str) -> Result<Vec<f32>> {
     let o = Command::new(llama_cpp_bin("llama-embedding")?)
         .arg("-m")
         .arg(model)
@@ -231,6 +228,29 @@ pub(super) fn floor_row(check: &str, model: &str, cos: &[f64], floor: &threshold
         } else {
             Status::Fail
         },
+    }
+}
+
+/// llama.cpp run now against its gold run: judged by `floor` (llama.cpp's
+/// own spread on a quantized file), reported alone when there is none.
+pub(super) fn drift_row(
+    model: &str,
+    drift: &[f64],
+    floor: Result<thresholds::Floor, String>,
+) -> Row {
+    let check = "llama.cpp live vs its gold (drift)";
+    match floor {
+        Ok(floor) => floor_row(check, model, drift, &floor),
+        Err(e) => {
+            let (min, mean) = min_mean(drift);
+            Row {
+                check: check.into(),
+                model: model.into(),
+                figure: format!("min {min:.7}, mean {mean:.7}; {e}"),
+                threshold: "—".into(),
+                status: Status::Info,
+            }
+        }
     }
 }
 
@@ -399,11 +419,10 @@ pub(super) fn embedding(ctx: &Ctx) -> Result<Vec<Row>> {
             });
             if let Some(g) = gold_llama {
                 let drift: Vec<f64> = live.iter().zip(g).map(|(a, b)| cosine(a, b)).collect();
-                rows.push(cos_row(
-                    "llama.cpp live vs its gold (drift)",
+                rows.push(drift_row(
                     &name,
                     &drift,
-                    LIVE_VS_GOLD,
+                    thresholds::live_vs_gold(q, &spreads),
                 ));
             }
         }
