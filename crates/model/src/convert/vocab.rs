@@ -20,6 +20,20 @@ mod special;
 mod wpm_probe;
 
 use pre::bpe_pre;
+
+/// tokenizer.json's `added_tokens` with an id and content: (id, content,
+/// the entry for its other fields).
+fn added_tokens(tok: &Value) -> impl Iterator<Item = (usize, &str, &Value)> {
+    tok.get("added_tokens")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|a| {
+            let id = a.get("id").and_then(Value::as_u64)?;
+            let content = a.get("content").and_then(Value::as_str)?;
+            Some((usize::try_from(id).ok()?, content, a))
+        })
+}
 use special::special_vocab;
 
 const NORMAL: i32 = 1;
@@ -293,25 +307,14 @@ fn bpe(dir: &Path, model: &Model, entries: &mut Vec<(String, OwnedValue)>) -> Re
         by_id.insert(id as usize, t.clone());
     }
     let mut added: std::collections::HashMap<usize, (bool, bool)> = Default::default();
-    for a in tok
-        .get("added_tokens")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let (Some(id), Some(content)) = (
-            a.get("id").and_then(Value::as_u64),
-            a.get("content").and_then(Value::as_str),
-        ) else {
-            continue;
-        };
-        by_id.insert(id as usize, content.to_string());
+    for (id, content, a) in added_tokens(&tok) {
+        by_id.insert(id, content.to_string());
         let special = a.get("special").and_then(Value::as_bool).unwrap_or(false);
         let normalized = a
             .get("normalized")
             .and_then(Value::as_bool)
             .unwrap_or(!special);
-        added.insert(id as usize, (special, normalized));
+        added.insert(id, (special, normalized));
     }
     let max_id = by_id.keys().next_back().copied().unwrap_or(0);
     let vocab_size = model.vocab_size(&["vocab_size"]).unwrap_or(by_id.len());

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::spm_proto::{self, piece_type};
 use super::{
-    CONTROL, NORMAL, UNUSED, USER_DEFINED, bytes_array, looks_special, read_opt_json,
+    CONTROL, NORMAL, UNUSED, USER_DEFINED, added_tokens, bytes_array, looks_special, read_opt_json,
     wpm_probe::wordpiece_pre,
 };
 use crate::convert::arch::Model;
@@ -79,21 +79,10 @@ pub(super) fn wordpiece(
     }
     // Added tokens: id -> special.
     let mut added: HashMap<usize, bool> = HashMap::new();
-    for a in tok
-        .get("added_tokens")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let (Some(id), Some(content)) = (
-            a.get("id").and_then(Value::as_u64),
-            a.get("content").and_then(Value::as_str),
-        ) else {
-            continue;
-        };
-        by_id.insert(id as usize, content.to_string());
+    for (id, content, a) in added_tokens(&tok) {
+        by_id.insert(id, content.to_string());
         added.insert(
-            id as usize,
+            id,
             a.get("special").and_then(Value::as_bool).unwrap_or(false),
         );
     }
