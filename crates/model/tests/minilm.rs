@@ -101,16 +101,7 @@ fn gold() -> Gold {
 
 /// `n_texts × 384` vectors from `<source>.f32`.
 fn vectors(source: &str, n: usize) -> Vec<Vec<f32>> {
-    let bytes = std::fs::read(testdata(&format!("{source}.f32"))).unwrap();
-    assert_eq!(bytes.len(), n * DIM * 4, "{source}.f32 has the wrong size");
-    bytes
-        .chunks_exact(DIM * 4)
-        .map(|row| {
-            row.chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect()
-        })
-        .collect()
+    common::f32_rows(&testdata(&format!("{source}.f32")), n, DIM)
 }
 
 /// `all-MiniLM-L6-v2-{quant}.gguf` if it is the file the gold was made from.

@@ -21,6 +21,19 @@ mod wpm_probe;
 
 use pre::bpe_pre;
 
+/// config.json's `vocab_size` (else the number of ids), checked to hold
+/// every id of tokenizer.json and to be a size worth allocating for.
+fn vocab_size(model: &Model, by_id: &std::collections::BTreeMap<usize, String>) -> Result<usize> {
+    let max_id = by_id.keys().next_back().copied().unwrap_or(0);
+    let vocab_size = model.vocab_size(&["vocab_size"]).unwrap_or(by_id.len());
+    if max_id >= vocab_size || vocab_size > crate::tokenizer::MAX_VOCAB {
+        return Err(Error::Tokenizer(format!(
+            "tokenizer.json has token id {max_id}, but config.json says vocab_size is {vocab_size}"
+        )));
+    }
+    Ok(vocab_size)
+}
+
 /// tokenizer.json's `added_tokens` with an id and content: (id, content,
 /// the entry for its other fields).
 fn added_tokens(tok: &Value) -> impl Iterator<Item = (usize, &str, &Value)> {
@@ -165,8 +178,13 @@ pub fn build(dir: &Path, model: &Model) -> Result<Vocab> {
 
 /// The keys of a SentencePiece vocabulary, in the Python converter's order.
 pub(super) fn push_piece_table(entries: &mut Vec<(String, OwnedValue)>, table: PieceTable) {
+    push_pieces(entries, "llama", table);
+}
+
+/// `tokenizer.ggml.model` = `model`, then the pieces, scores and types.
+fn push_pieces(entries: &mut Vec<(String, OwnedValue)>, model: &str, table: PieceTable) {
     let (tokens, scores, types) = table;
-    entries.push(("tokenizer.ggml.model".into(), OwnedValue::string("llama")));
+    entries.push(("tokenizer.ggml.model".into(), OwnedValue::string(model)));
     entries.push(("tokenizer.ggml.pre".into(), OwnedValue::string("default")));
     entries.push(("tokenizer.ggml.tokens".into(), bytes_array(tokens)));
     entries.push((
@@ -316,13 +334,7 @@ fn bpe(dir: &Path, model: &Model, entries: &mut Vec<(String, OwnedValue)>) -> Re
             .unwrap_or(!special);
         added.insert(id, (special, normalized));
     }
-    let max_id = by_id.keys().next_back().copied().unwrap_or(0);
-    let vocab_size = model.vocab_size(&["vocab_size"]).unwrap_or(by_id.len());
-    if max_id >= vocab_size {
-        return Err(Error::Tokenizer(format!(
-            "tokenizer.json has token id {max_id}, but config.json says vocab_size is {vocab_size}"
-        )));
-    }
+    let vocab_size = vocab_size(model, &by_id)?;
     let pre = bpe_pre(&tok)?;
     let mut tokens = Vec::with_capacity(vocab_size);
     let mut types = Vec::with_capacity(vocab_size);

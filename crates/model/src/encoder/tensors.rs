@@ -7,7 +7,7 @@
 use crate::ModelError;
 use crate::family::{Activation, Positions};
 use crate::hparams::HParams;
-use crate::transformer::optional;
+use crate::transformer::{optional, qkv};
 use crate::weights::{Linear, Loader, Store};
 
 /// A LayerNorm's weight and bias.
@@ -55,39 +55,10 @@ impl EncLayer {
         hp: &HParams,
         il: usize,
     ) -> Result<EncLayer, ModelError> {
-        let (d, qd, kvd, ff) = (hp.n_embd, hp.q_dim(), hp.kv_dim(), hp.n_ff);
+        let (d, qd, ff) = (hp.n_embd, hp.q_dim(), hp.n_ff);
         let n = |s: &str| format!("blk.{il}.{s}.weight");
         let bias = |s: &str, len: usize| optional(ld, &format!("blk.{il}.{s}.bias"), len);
-        let qkv = n("attn_qkv");
-        let (wq, wk, wv, bq, bk, bv) = if ld.has(&qkv) {
-            let rows = qd + 2 * kvd;
-            let (q, k, v) = (0..qd, qd..qd + kvd, qd + kvd..rows);
-            let (bq, bk, bv) = match bias("attn_qkv", rows)? {
-                Some(b) => (
-                    Some(b[q.clone()].to_vec()),
-                    Some(b[k.clone()].to_vec()),
-                    Some(b[v.clone()].to_vec()),
-                ),
-                None => (None, None, None),
-            };
-            (
-                ld.linear_rows(&qkv, d, rows, q)?,
-                ld.linear_rows(&qkv, d, rows, k)?,
-                ld.linear_rows(&qkv, d, rows, v)?,
-                bq,
-                bk,
-                bv,
-            )
-        } else {
-            (
-                ld.linear(&n("attn_q"), d, qd)?,
-                ld.linear(&n("attn_k"), d, kvd)?,
-                ld.linear(&n("attn_v"), d, kvd)?,
-                bias("attn_q", qd)?,
-                bias("attn_k", kvd)?,
-                bias("attn_v", kvd)?,
-            )
-        };
+        let (wq, wk, wv, bq, bk, bv) = qkv(ld, hp, il)?;
         let gate = match hp.family.activation {
             Activation::GeluErf => None,
             Activation::Silu => Some(ld.linear(&n("ffn_gate"), d, ff)?),

@@ -34,7 +34,7 @@ use lamina_kernels::pool::{ThreadPool, rows2};
 
 pub use buffers::{Buffers, KvCache, KvType, Workspace};
 pub use tensors::Layer;
-pub(crate) use tensors::optional;
+pub(crate) use tensors::{optional, qkv};
 
 use crate::ModelError;
 use crate::embed::RankHead;

@@ -57,7 +57,7 @@ impl Layer {
         il: usize,
     ) -> Result<Layer, ModelError> {
         let fam: &Family = hp.family;
-        let (d, qd, kvd, ff, hd) = (hp.n_embd, hp.q_dim(), hp.kv_dim(), hp.n_ff, hp.head_dim);
+        let (d, qd, ff, hd) = (hp.n_embd, hp.q_dim(), hp.n_ff, hp.head_dim);
         let n = |s: &str| format!("blk.{il}.{s}.weight");
         let bias = |s: &str, len: usize| optional(ld, &format!("blk.{il}.{s}.bias"), len);
         let required = |s: &str, len: usize, yes: bool| -> Result<Option<Vec<f32>>, ModelError> {
@@ -68,40 +68,7 @@ impl Layer {
             }
         };
 
-        let qkv = n("attn_qkv");
-        let (wq, wk, wv, bq, bk, bv) = if ld.has(&qkv) {
-            let rows = qd + 2 * kvd;
-            let (q, k, v) = (0..qd, qd..qd + kvd, qd + kvd..rows);
-            let (bq, bk, bv) = match bias("attn_qkv", rows)? {
-                Some(b) => (
-                    Some(b[q.clone()].to_vec()),
-                    Some(b[k.clone()].to_vec()),
-                    Some(b[v.clone()].to_vec()),
-                ),
-                None => (
-                    bias("attn_q", qd)?,
-                    bias("attn_k", kvd)?,
-                    bias("attn_v", kvd)?,
-                ),
-            };
-            (
-                ld.linear_rows(&qkv, d, rows, q)?,
-                ld.linear_rows(&qkv, d, rows, k)?,
-                ld.linear_rows(&qkv, d, rows, v)?,
-                bq,
-                bk,
-                bv,
-            )
-        } else {
-            (
-                ld.linear(&n("attn_q"), d, qd)?,
-                ld.linear(&n("attn_k"), d, kvd)?,
-                ld.linear(&n("attn_v"), d, kvd)?,
-                bias("attn_q", qd)?,
-                bias("attn_k", kvd)?,
-                bias("attn_v", kvd)?,
-            )
-        };
+        let (wq, wk, wv, bq, bk, bv) = qkv(ld, hp, il)?;
         let (gate, up) = if fam.fused_gate_up {
             let up = n("ffn_up");
             (
@@ -134,6 +101,61 @@ impl Layer {
             post_ffn_norm: required("post_ffw_norm", d, fam.post_norms)?,
         })
     }
+}
+
+/// One block's Q, K and V weights, then their biases where the file has them.
+pub(crate) type Qkv = (
+    Linear,
+    Linear,
+    Linear,
+    Option<Vec<f32>>,
+    Option<Vec<f32>>,
+    Option<Vec<f32>>,
+);
+
+/// Block `il`'s Q, K and V: one fused `attn_qkv` split into three weights
+/// read in place (its bias split alike), or three tensors.
+pub(crate) fn qkv<D: AsRef<[u8]>>(
+    ld: &Loader<'_, D>,
+    hp: &HParams,
+    il: usize,
+) -> Result<Qkv, ModelError> {
+    let (d, qd, kvd) = (hp.n_embd, hp.q_dim(), hp.kv_dim());
+    let n = |s: &str| format!("blk.{il}.{s}.weight");
+    let bias = |s: &str, len: usize| optional(ld, &format!("blk.{il}.{s}.bias"), len);
+    let qkv = n("attn_qkv");
+    if !ld.has(&qkv) {
+        return Ok((
+            ld.linear(&n("attn_q"), d, qd)?,
+            ld.linear(&n("attn_k"), d, kvd)?,
+            ld.linear(&n("attn_v"), d, kvd)?,
+            bias("attn_q", qd)?,
+            bias("attn_k", kvd)?,
+            bias("attn_v", kvd)?,
+        ));
+    }
+    let rows = qd + 2 * kvd;
+    let (q, k, v) = (0..qd, qd..qd + kvd, qd + kvd..rows);
+    let (bq, bk, bv) = match bias("attn_qkv", rows)? {
+        Some(b) => (
+            Some(b[q.clone()].to_vec()),
+            Some(b[k.clone()].to_vec()),
+            Some(b[v.clone()].to_vec()),
+        ),
+        None => (
+            bias("attn_q", qd)?,
+            bias("attn_k", kvd)?,
+            bias("attn_v", kvd)?,
+        ),
+    };
+    Ok((
+        ld.linear_rows(&qkv, d, rows, q)?,
+        ld.linear_rows(&qkv, d, rows, k)?,
+        ld.linear_rows(&qkv, d, rows, v)?,
+        bq,
+        bk,
+        bv,
+    ))
 }
 
 /// A vector the file may or may not have.

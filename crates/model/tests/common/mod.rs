@@ -18,6 +18,25 @@ pub fn testdata(rel: &str) -> PathBuf {
         .join(rel)
 }
 
+/// `n` rows of `dim` little-endian f32 from a gold vector file.
+pub fn f32_rows(path: &Path, n: usize, dim: usize) -> Vec<Vec<f32>> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(
+        bytes.len(),
+        n * dim * 4,
+        "{} has the wrong size",
+        path.display()
+    );
+    bytes
+        .chunks_exact(dim * 4)
+        .map(|row| {
+            row.chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect()
+        })
+        .collect()
+}
+
 /// The hex SHA-256 of a file.
 pub fn sha256(path: &Path) -> String {
     let mut h = Sha256::new();

@@ -11,8 +11,8 @@ use serde_json::Value;
 
 use super::spm_proto::{self, piece_type};
 use super::{
-    CONTROL, NORMAL, UNUSED, USER_DEFINED, added_tokens, bytes_array, looks_special, read_opt_json,
-    wpm_probe::wordpiece_pre,
+    CONTROL, NORMAL, UNUSED, USER_DEFINED, added_tokens, bytes_array, looks_special, push_pieces,
+    read_opt_json, vocab_size, wpm_probe::wordpiece_pre,
 };
 use crate::convert::arch::Model;
 use crate::convert::{Error, Result, io_err};
@@ -86,13 +86,7 @@ pub(super) fn wordpiece(
             a.get("special").and_then(Value::as_bool).unwrap_or(false),
         );
     }
-    let max_id = by_id.keys().next_back().copied().unwrap_or(0);
-    let vocab_size = model.vocab_size(&["vocab_size"]).unwrap_or(by_id.len());
-    if max_id >= vocab_size || vocab_size > 16 << 20 {
-        return Err(Error::Tokenizer(format!(
-            "tokenizer.json has token id {max_id}, but config.json says vocab_size is {vocab_size}"
-        )));
-    }
+    let vocab_size = vocab_size(model, &by_id)?;
     let pre = wordpiece_pre(&tok)?;
     let mut tokens = Vec::with_capacity(vocab_size);
     let mut types = Vec::with_capacity(vocab_size);
@@ -190,17 +184,7 @@ pub(super) fn xlmr_unigram(
         .chain(types[3..vocab_size - 1].iter().copied())
         .collect();
     let n = tokens.len();
-    entries.push(("tokenizer.ggml.model".into(), OwnedValue::string("t5")));
-    entries.push(("tokenizer.ggml.pre".into(), OwnedValue::string("default")));
-    entries.push(("tokenizer.ggml.tokens".into(), bytes_array(tokens)));
-    entries.push((
-        "tokenizer.ggml.scores".into(),
-        OwnedValue::f32_array(scores),
-    ));
-    entries.push((
-        "tokenizer.ggml.token_type".into(),
-        OwnedValue::i32_array(types),
-    ));
+    push_pieces(entries, "t5", (tokens, scores, types));
     entries.push((
         "tokenizer.ggml.add_space_prefix".into(),
         OwnedValue::Bool(sp.add_dummy_prefix),
