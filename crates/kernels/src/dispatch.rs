@@ -20,6 +20,15 @@ pub type VecDotX4Fn = fn(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4];
 pub type VecDotRows8Fn = fn(n: usize, w: &[u8], a: &[u8]) -> [f32; 8];
 /// One weight row against eight activation rows in the layout of
 /// the internal `act_pack` module (for batches: prompt processing, embedding).
+/// A tile of F32 rows: [`F32_TILE_ROWS`] weight rows of `n` values (`w`,
+/// back to back) against [`F32_TILE_TOKENS`] activation rows (`a`, back to
+/// back); `out[t · F32_TILE_ROWS + r]` is row `r` against token `t`, with
+/// [`TypeKernels::vec_dot`]'s bits.
+pub type F32TileFn = fn(n: usize, w: &[u8], a: &[u8]) -> [f32; F32_TILE_ROWS * F32_TILE_TOKENS];
+/// Weight rows of an [`F32TileFn`].
+pub const F32_TILE_ROWS: usize = 4;
+/// Tokens of an [`F32TileFn`].
+pub const F32_TILE_TOKENS: usize = 3;
 pub type Tile8Fn = fn(n: usize, w: &[u8], packed: &[u8]) -> [f32; 8];
 /// The same against a packed group of four rows.
 pub type Tile4Fn = fn(n: usize, w: &[u8], packed: &[u8]) -> [f32; 4];
@@ -66,6 +75,9 @@ pub struct TypeKernels {
     /// 1×16, 1×12, 1×8 and 1×4 tiles over packed activations; `None` where the ISA has
     /// none (always SIMD: the scalar twin is [`TypeKernels::vec_dot`] per column).
     pub tiles: Option<TileFns>,
+    /// Float weights: several rows against several tokens in one pass over
+    /// both ([`F32TileFn`]); `None` where the ISA has none.
+    pub f32_tile: Option<F32TileFn>,
     /// Weight panels for large batches ([`crate::panel`]); `None` where the
     /// ISA has none (the tiles or rows then take every batch).
     pub panel: Option<crate::panel::PanelFns>,
@@ -110,6 +122,7 @@ macro_rules! scalar_entry {
             vec_dot_x4: $x4,
             vec_dot_rows8: None,
             tiles: None,
+            f32_tile: None,
             panel: None,
             stored: None,
         }

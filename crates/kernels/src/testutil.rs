@@ -364,18 +364,37 @@ fn check_tiles(
             );
         }
     }
+    // Eight rows: the weight row with its blocks rotated by 0..8.
+    let bytes = w.len() / (n / ty.block_size()).max(1);
+    let rotated: Vec<Vec<u8>> = (0..8)
+        .map(|r| {
+            let mut v = w.to_vec();
+            let len = v.len().max(1);
+            v.rotate_left(r * bytes % len);
+            v
+        })
+        .collect();
+    if let Some(tile) = k.f32_tile {
+        // Rows against tokens, each with the row kernel's bits.
+        let (rows, tokens) = (
+            crate::dispatch::F32_TILE_ROWS,
+            crate::dispatch::F32_TILE_TOKENS,
+        );
+        let got = tile(n, &rotated[..rows].concat(), &cols[..tokens].concat());
+        for t in 0..tokens {
+            for r in 0..rows {
+                let want = (k.vec_dot)(n, &rotated[r], &cols[t]);
+                let got = got[t * rows + r];
+                assert!(
+                    got.to_bits() == want.to_bits(),
+                    "{} {ty}: f32 tile row {r} token {t} {got} vs row kernel {want} (seed {seed})",
+                    k.isa
+                );
+            }
+        }
+    }
     if let Some(rows8) = k.vec_dot_rows8 {
-        // Eight rows: the weight row with its blocks rotated by 0..8, each
-        // against its row kernel on the first activation row.
-        let bytes = w.len() / (n / ty.block_size()).max(1);
-        let rotated: Vec<Vec<u8>> = (0..8)
-            .map(|r| {
-                let mut v = w.to_vec();
-                let len = v.len().max(1);
-                v.rotate_left(r * bytes % len);
-                v
-            })
-            .collect();
+        // Each rotated row against its row kernel on the first activation row.
         let got = rows8(n, &rotated.concat(), &cols[0]);
         for (r, (row, &got)) in rotated.iter().zip(&got).enumerate() {
             let want = (k.vec_dot)(n, row, &cols[0]);

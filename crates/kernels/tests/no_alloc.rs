@@ -35,9 +35,10 @@ static A: Counting = Counting;
 
 #[test]
 fn matmul_does_not_allocate_once_scratch_is_sized() {
-    for ty in [GgmlType::Q8_0, GgmlType::Q4_K] {
+    for ty in [GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_K] {
         let k = kernels(ty).unwrap();
-        let (rows, cols, tokens) = (96, 512, 6);
+        // Seven tokens: a padded last group for every tile width.
+        let (rows, cols, tokens) = (96, 512, 7);
         let w = vec![0x11u8; rows * k.weight_row_bytes(cols)];
         let x: Vec<f32> = (0..tokens * cols).map(|i| (i % 17) as f32 - 8.0).collect();
         let mut y = vec![0f32; tokens * rows];

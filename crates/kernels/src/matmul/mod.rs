@@ -15,6 +15,8 @@
 //! * A small batch goes through the tiles ([`TypeKernels::tiles`]) where the
 //!   ISA has them, else through [`TypeKernels::vec_dot_x4`] in groups of four
 //!   tokens; the tokens left over take the row kernels.
+//! * Float weights with [`TypeKernels::f32_tile`] take it for every batch:
+//!   a few rows against a few tokens, each output with the row kernel's bits.
 //! * A batch of [`PanelFns::min_tokens`](crate::panel::PanelFns::min_tokens) or more takes the weight panels
 //!   ([`TypeKernels::panel`]) where the ISA has them.
 //! * Matrices stored as panels are multiplied where they lie, or unpacked
@@ -48,6 +50,7 @@
 //! Tasks are few because each claim is a locked read-modify-write and each
 //! task restarts its kernel.
 
+mod float;
 mod panels;
 mod plan;
 mod rows;
@@ -178,6 +181,7 @@ pub fn matmul_many<const N: usize>(
         Strategy::SingleRow => rows::single_row(wms, x, ys, scratch, pool),
         Strategy::Rows => rows::rows(wms, x, tokens, ys, scratch, pool),
         Strategy::Tiles(tiles) => rows::tiles(tiles, wms, x, tokens, ys, scratch, pool),
+        Strategy::F32Tiles(tile) => float::f32_tiles(tile, wms, x, tokens, ys, scratch, pool),
         Strategy::Panels(p) | Strategy::UnpackedStoredPanels(p) => {
             panels::unpacked_panels(p, wms, x, tokens, ys, scratch, pool)
         }

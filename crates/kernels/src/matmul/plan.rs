@@ -4,7 +4,7 @@
 
 use super::{Layout, Weights};
 use crate::act_pack;
-use crate::dispatch::TileFns;
+use crate::dispatch::{F32TileFn, TileFns};
 use crate::panel::{PanelFns, STORED_UNPACK_TOKENS};
 
 /// How [`super::matmul_many`] runs a call whose shapes are checked.
@@ -23,6 +23,9 @@ pub(crate) enum Strategy {
     /// Two tokens or more through the tiles over packed activations, a lone
     /// last token through the row kernels.
     Tiles(TileFns),
+    /// Two tokens or more of float weights through the type's row × token
+    /// tiles.
+    F32Tiles(F32TileFn),
     /// A large batch: ggml's rows unpacked into panels once per call.
     Panels(PanelFns),
     /// A large batch over stored panels that unpack to the type's panels.
@@ -67,6 +70,9 @@ pub(crate) fn plan(wms: &[&Weights<'_>], tokens: usize) -> Strategy {
             // Nothing to unpack: stored panels take every batch.
             None => Strategy::StoredPanels(stored.panel_fns(panel)),
         };
+    }
+    if let Some(tile) = k.f32_tile.filter(|_| tokens >= 2) {
+        return Strategy::F32Tiles(tile);
     }
     if let Some(panel) = k.panel.filter(|p| tokens >= p.min_tokens) {
         return Strategy::Panels(panel);
@@ -193,6 +199,7 @@ mod tests {
             Strategy::SingleRow => "single row",
             Strategy::Rows => "rows",
             Strategy::Tiles(_) => "tiles",
+            Strategy::F32Tiles(_) => "f32 tiles",
             Strategy::Panels(_) => "panels",
             Strategy::UnpackedStoredPanels(_) => "unpacked stored panels",
             Strategy::StoredPanels(_) => "stored panels",
@@ -201,6 +208,27 @@ mod tests {
     }
     fn plan_one(k: &TypeKernels, layout: Layout, tokens: usize) -> &'static str {
         name(plan(&[&weights(k, layout)], tokens))
+    }
+
+    /// Float weights with a row × token tile take it from two tokens on, for
+    /// every batch; one token streams rows.
+    #[test]
+    fn f32_rows_cross_to_f32_tiles_at_two() {
+        fn no_f32_tile(_: usize, _: &[u8], _: &[u8]) -> [f32; 12] {
+            unreachable!("plan calls no kernel")
+        }
+        let k = TypeKernels {
+            f32_tile: Some(no_f32_tile),
+            ..scalar(GgmlType::F32)
+        };
+        let at = |t| plan_one(&k, Layout::Rows, t);
+        assert_eq!(at(0), "rows");
+        assert_eq!(at(1), "single row");
+        for t in [2, 3, 4, 512] {
+            assert_eq!(at(t), "f32 tiles", "{t} tokens");
+        }
+        // Without the tile: rows for every batch.
+        assert_eq!(plan_one(&scalar(GgmlType::F32), Layout::Rows, 512), "rows");
     }
 
     /// ggml's rows with tiles and panels: one token streams rows, then tiles
@@ -335,7 +363,11 @@ mod tests {
                 let at = |t| plan_one(k, Layout::Rows, t);
                 assert_eq!(at(1), "single row", "{isa} {}", k.weight);
                 let packs = k.tiles.is_some() && act_pack::needs_packing(k.activation);
-                let small = if packs { "tiles" } else { "rows" };
+                let small = match (packs, k.f32_tile) {
+                    (_, Some(_)) => "f32 tiles",
+                    (true, None) => "tiles",
+                    (false, None) => "rows",
+                };
                 let min = k.panel.map_or(usize::MAX, |p| p.min_tokens);
                 assert!(min > 2, "{isa} {}: panels from {min}", k.weight);
                 assert_eq!(at(2), small, "{isa} {}", k.weight);

@@ -48,6 +48,8 @@ const AVX2_F32: TypeKernels = TypeKernels {
     },
     vec_dot: avx2::vec_dot_f32,
     vec_dot_x4: None,
+    vec_dot_rows8: Some(avx2::vec_dot_rows8_f32),
+    f32_tile: Some(avx2::f32_tile),
     ..scalar(T::F32)
 };
 

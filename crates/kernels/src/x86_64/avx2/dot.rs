@@ -1,5 +1,5 @@
 //! AVX2 row and 1×4 dot products of the legacy (Q8_0 / Q8_1 activation) types and
-//! of f32 / f16 rows, and the eight-row legacy kernels.
+//! of f16 rows, and the eight-row legacy kernels (f32 rows are in `float`).
 
 use super::*;
 
@@ -347,22 +347,11 @@ pub(in crate::x86_64) unsafe fn load8_f16(p: *const u8) -> __m256 {
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn k_f32(n: usize, x: *const u8, y: *const u8) -> f32 {
-    // SAFETY: forwarded from the wrapper's checks.
-    unsafe { float_dot(n, x, y, 4, load8_f32, f32_at) }
-}
-#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn k_f16(n: usize, x: *const u8, y: *const u8) -> f32 {
     // SAFETY: forwarded from the wrapper's checks.
     unsafe { float_dot(n, x, y, 2, load8_f16, fp16) }
 }
 
-pub(crate) fn vec_dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    row_blocks(GgmlType::F32, n, w);
-    row_blocks(GgmlType::F32, n, a);
-    // SAFETY: both rows hold `n` f32 (checked above); reachable only after AVX2 detection.
-    unsafe { k_f32(n, w.as_ptr(), a.as_ptr()) }
-}
 pub(crate) fn vec_dot_f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
     row_blocks(GgmlType::F16, n, w);
     row_blocks(GgmlType::F16, n, a);

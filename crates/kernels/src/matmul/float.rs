@@ -1,0 +1,121 @@
+//! The F32 strategy: a batch of float weights through the type's
+//! [`F32TileFn`], which reads each weight vector once for
+//! [`F32_TILE_TOKENS`] tokens and each activation vector once for
+//! [`F32_TILE_ROWS`] rows.
+//!
+//! F32 activations need no quantizing: the tiles read the caller's rows,
+//! except a last partial group of tokens, copied with zero rows after it.
+//! A task's rows run against one block of tokens at a time, small enough
+//! that the block stays in L2 while every group of rows passes over it.
+
+use super::tasks::{RowTasks, chunk_rows};
+use super::{Out, Scratch, Weights};
+use crate::dispatch::{F32_TILE_ROWS, F32_TILE_TOKENS, F32TileFn};
+use crate::pool::ThreadPool;
+
+/// Activation bytes a block of tokens spans, at most.
+const TOKEN_BLOCK_BYTES: usize = 96 << 10;
+/// Weight bytes of one task's rows, at most: they stay in L2 across the
+/// token blocks.
+const TASK_BYTES: usize = 256 << 10;
+
+/// How many groups of rows ahead the first token block fetches.
+const PREFETCH_GROUPS: usize = 2;
+/// Bytes per cache line.
+const LINE: usize = 64;
+
+const R: usize = F32_TILE_ROWS;
+const T: usize = F32_TILE_TOKENS;
+
+/// [`super::matmul_many`] for F32 weights in ggml's rows (shapes checked,
+/// one weight type, two tokens or more).
+pub(super) fn f32_tiles<const N: usize>(
+    tile: F32TileFn,
+    wms: [&Weights<'_>; N],
+    x: &[f32],
+    tokens: usize,
+    ys: [&mut [f32]; N],
+    scratch: &mut Scratch,
+    pool: &dyn ThreadPool,
+) {
+    let k = wms[0].kernels;
+    let cols = wms[0].cols;
+    let row_bytes = cols * 4;
+    // The tokens past the last whole group, padded with zero rows.
+    let whole = tokens / T * T;
+    let padded = tokens.next_multiple_of(T);
+    if whole < tokens {
+        let need = T * row_bytes;
+        if scratch.buf.len() < need {
+            scratch.buf.resize(need, 0);
+        }
+        let last: &[u8] = bytemuck::cast_slice(&x[whole * cols..]);
+        scratch.buf[..last.len()].copy_from_slice(last);
+        scratch.buf[last.len()..need].fill(0);
+    }
+    let xb: &[u8] = bytemuck::cast_slice(x);
+    let last = &scratch.buf[..(padded - whole) * row_bytes];
+    // The `T` activation rows starting at token `t` (a multiple of `T`).
+    let group = |t: usize| -> &[u8] {
+        if t < whole {
+            &xb[t * row_bytes..(t + T) * row_bytes]
+        } else {
+            last
+        }
+    };
+    let block = (TOKEN_BLOCK_BYTES / row_bytes / T * T).max(T);
+    let total_rows: usize = wms.iter().map(|w| w.rows).sum();
+    let cache_rows = (TASK_BYTES / row_bytes / 8 * 8).max(8);
+    let tasks = RowTasks::new(&wms, chunk_rows(total_rows, pool.threads()).min(cache_rows));
+    let mut ys = ys;
+    let outs: [Out<f32>; N] = std::array::from_fn(|m| Out(ys[m].as_mut_ptr()));
+    let outs = &outs;
+    pool.run(tasks.count(), &|task| {
+        let (m, r0, r1) = tasks.locate(task);
+        let (w, rows) = (wms[m].data, wms[m].rows);
+        let store = |t: usize, r: usize, v: f32| {
+            debug_assert!(t < tokens && r < rows);
+            // SAFETY: `t < tokens` and `r0 <= r < r1 <= rows`, so the index lies in
+            // `ys[m]` (`tokens * rows` values, checked by `check_shapes`); each task
+            // owns rows `r0..r1` of matrix `m` for every token, so no two tasks write
+            // the same element, and `ys` were distinct `&mut` slices.
+            unsafe { *outs[m].0.add(t * rows + r) = v }
+        };
+        let tiled = r0 + (r1 - r0) / R * R;
+        for b0 in (0..padded).step_by(block) {
+            let b1 = (b0 + block).min(padded);
+            for r in (r0..tiled).step_by(R) {
+                let wr = &w[r * row_bytes..(r + R) * row_bytes];
+                // The first block brings the rows in from memory: fetching the
+                // group `PREFETCH_GROUPS` ahead while this one computes overlaps
+                // the two, which the hardware prefetchers, seeing `R` short
+                // streams at once, do not.
+                let ahead = match r + (PREFETCH_GROUPS + 1) * R {
+                    end if b0 == 0 && end <= tiled => &w[(end - R) * row_bytes..end * row_bytes],
+                    _ => &[],
+                };
+                let mut lines = ahead.chunks(LINE);
+                let per_tile = ahead.len().div_ceil(LINE).div_ceil((b1 - b0) / T);
+                for t in (b0..b1).step_by(T) {
+                    for line in lines.by_ref().take(per_tile) {
+                        super::prefetch_line(line.as_ptr());
+                    }
+                    let v = tile(cols, wr, group(t));
+                    for c in 0..T.min(tokens - t) {
+                        for i in 0..R {
+                            store(t + c, r + i, v[c * R + i]);
+                        }
+                    }
+                }
+            }
+            // Rows past the last whole tile: the row kernel, with the same bits.
+            for r in tiled..r1 {
+                let wr = &w[r * row_bytes..(r + 1) * row_bytes];
+                for t in b0..b1.min(tokens) {
+                    let a = &xb[t * row_bytes..(t + 1) * row_bytes];
+                    store(t, r, (k.vec_dot)(cols, wr, a));
+                }
+            }
+        }
+    });
+}

@@ -1,0 +1,112 @@
+//! F32 weights against F32 activations: the row kernel, eight rows against
+//! one token, and a tile of [`F32_TILE_ROWS`] rows against
+//! [`F32_TILE_TOKENS`] tokens, all giving each (row, token) the same bits.
+//!
+//! Each output is one eight-lane FMA chain (lane `l` adds `w[k]·a[k]` for
+//! `k ≡ l (mod 8)`, in order), reduced with [`hsum_f32`]'s tree, then the
+//! last `n mod 8` products added one by one. One chain per output is what
+//! lets a tile keep twelve outputs in sixteen registers, so that each load
+//! feeds three or four multiply-adds; the row kernel alone waits on the
+//! chain's latency, so the matmul only uses it for rows left over.
+
+use super::*;
+use crate::dispatch::{F32_TILE_ROWS, F32_TILE_TOKENS};
+
+const R: usize = F32_TILE_ROWS;
+const T: usize = F32_TILE_TOKENS;
+
+/// The products past the last whole eight, added one by one to `sum`.
+#[inline(always)]
+unsafe fn tail(n: usize, w: *const f32, a: *const f32, mut sum: f32) -> f32 {
+    for i in n / 8 * 8..n {
+        // SAFETY: both rows hold `n` values (read unaligned: activations lie in byte
+        // buffers).
+        sum += unsafe { w.add(i).read_unaligned() * a.add(i).read_unaligned() };
+    }
+    sum
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn k_f32_row(n: usize, w: *const f32, a: *const f32) -> f32 {
+    // SAFETY: both rows hold `n` values (the wrapper's checks).
+    unsafe {
+        let mut acc = _mm256_setzero_ps();
+        for i in (0..n / 8 * 8).step_by(8) {
+            acc = _mm256_fmadd_ps(_mm256_loadu_ps(w.add(i)), _mm256_loadu_ps(a.add(i)), acc);
+        }
+        tail(n, w, a, hsum_f32(acc))
+    }
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn k_f32_rows8(n: usize, w: *const f32, a: *const f32) -> [f32; 8] {
+    // SAFETY: eight rows of `n` values back to back at `w`, `n` at `a`.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); 8];
+        for i in (0..n / 8 * 8).step_by(8) {
+            let x = _mm256_loadu_ps(a.add(i));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                *acc = _mm256_fmadd_ps(_mm256_loadu_ps(w.add(r * n + i)), x, *acc);
+            }
+        }
+        std::array::from_fn(|r| tail(n, w.add(r * n), a, hsum_f32(acc[r])))
+    }
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn k_f32_tile(n: usize, w: *const f32, a: *const f32) -> [f32; R * T] {
+    // SAFETY: `R` rows of `n` values back to back at `w`, `T` at `a`.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); T]; R];
+        for i in (0..n / 8 * 8).step_by(8) {
+            let x: [__m256; T] = std::array::from_fn(|t| _mm256_loadu_ps(a.add(t * n + i)));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let wv = _mm256_loadu_ps(w.add(r * n + i));
+                for (acc, &x) in acc.iter_mut().zip(&x) {
+                    *acc = _mm256_fmadd_ps(wv, x, *acc);
+                }
+            }
+        }
+        std::array::from_fn(|o| {
+            let (t, r) = (o / R, o % R);
+            tail(n, w.add(r * n), a.add(t * n), hsum_f32(acc[r][t]))
+        })
+    }
+}
+
+/// `rows` rows of `n` f32 in `bytes`, as a pointer.
+fn f32_rows(n: usize, rows: usize, bytes: &[u8], what: &str) -> *const f32 {
+    assert_eq!(bytes.len(), rows * n * 4, "{what}: {rows} rows of {n} f32");
+    bytes.as_ptr().cast()
+}
+
+pub(crate) fn vec_dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let (w, a) = (
+        f32_rows(n, 1, w, "weights"),
+        f32_rows(n, 1, a, "activations"),
+    );
+    // SAFETY: one row of `n` values each (checked above); reachable only after AVX2
+    // detection.
+    unsafe { k_f32_row(n, w, a) }
+}
+
+pub(crate) fn vec_dot_rows8_f32(n: usize, w: &[u8], a: &[u8]) -> [f32; 8] {
+    let (w, a) = (
+        f32_rows(n, 8, w, "weights"),
+        f32_rows(n, 1, a, "activations"),
+    );
+    // SAFETY: eight weight rows and one activation row of `n` values (checked above);
+    // reachable only after AVX2 detection.
+    unsafe { k_f32_rows8(n, w, a) }
+}
+
+/// `out[t · R + r]` is weight row `r`'s dot product with token `t`.
+pub(crate) fn f32_tile(n: usize, w: &[u8], a: &[u8]) -> [f32; R * T] {
+    let (w, a) = (
+        f32_rows(n, R, w, "weights"),
+        f32_rows(n, T, a, "activations"),
+    );
+    // SAFETY: `R` weight rows and `T` activation rows of `n` values (checked above);
+    // reachable only after AVX2 detection.
+    unsafe { k_f32_tile(n, w, a) }
+}
