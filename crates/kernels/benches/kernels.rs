@@ -2,9 +2,10 @@
 //!
 //! Prints, besides criterion's times: GB/s of weights streamed and GOP/s
 //! (2 ops per multiply-add), each as a percentage of this machine's limit
-//! measured by two probes: memory bandwidth (STREAM-like sum over a buffer
-//! far larger than L3) and the int8 multiply-add peak (a register-only loop
-//! of the selected ISA's dot kernel on L1-resident data).
+//! measured by probes: memory bandwidth (STREAM-like sum over a buffer far
+//! larger than L3), the int8 multiply-add peak (a register-only loop of the
+//! selected ISA's dot kernel on L1-resident data) and, for F32 weights, the
+//! FMA peak. Under `cargo test` (no `--bench`) it runs one small shape once.
 //! Timings on a shared machine are noisy; re-measure on a quiet one.
 //! `LAMINA_BENCH_ONLY=Q8_0:576x1536,...` limits the table to those matrices,
 //! `LAMINA_BENCH_TOKENS=1,512` to those token counts.
@@ -97,6 +98,24 @@ fn probe_int8_peak() -> f64 {
     (threads * iters * n * 2) as f64 / t.elapsed().as_secs_f64() / 1e9
 }
 
+/// The F32 multiply-add peak in GFLOP/s (2 per multiply-add), all threads:
+/// ten independent chains of 256-bit `vfmadd` (enough to cover its latency
+/// on both FMA pipes). `None` off x86-64 or without FMA.
+fn probe_fma_peak() -> Option<f64> {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("fma") {
+        let threads = rayon::current_num_threads();
+        let iters = 50_000_000;
+        let t = Instant::now();
+        rayon::broadcast(|_| {
+            // SAFETY: FMA (and so AVX) was detected just above.
+            black_box(unsafe { x86_peak::fma(iters) })
+        });
+        return Some((threads * iters * 10 * 8 * 2) as f64 / t.elapsed().as_secs_f64() / 1e9);
+    }
+    None
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86_peak {
     use super::Isa;
@@ -168,6 +187,22 @@ mod x86_peak {
         _mm256_extract_epi32::<0>(t)
     }
 
+    /// Ten `vfmadd231ps` chains of eight lanes.
+    #[target_feature(enable = "avx,fma")]
+    pub unsafe fn fma(iters: usize) -> f32 {
+        let (a, b) = std::hint::black_box((_mm256_set1_ps(0.999), _mm256_set1_ps(1e-3)));
+        let mut acc = [_mm256_setzero_ps(); 10];
+        for _ in 0..iters {
+            for c in acc.iter_mut() {
+                *c = _mm256_fmadd_ps(a, *c, b);
+            }
+        }
+        let t = acc
+            .iter()
+            .fold(_mm256_setzero_ps(), |x, &y| _mm256_add_ps(x, y));
+        _mm256_cvtss_f32(t)
+    }
+
     /// `vpmaddubsw` chains (32 multiply-adds each; the AVX2 kernels widen
     /// its pairs with one `vpmaddwd` per one to four of them).
     #[target_feature(enable = "avx2")]
@@ -202,13 +237,19 @@ fn bench(c: &mut Criterion) {
     let pool = SpinPool::new(rayon::current_num_threads());
     let bw = lamina_kernels::bandwidth::memory_bandwidth(&pool, 5).expect("1 GiB for the probe");
     let peak = probe_int8_peak();
+    let fma_peak = probe_fma_peak();
     eprintln!(
-        "ISA {} | memory bandwidth {bw:.1} GB/s | int8 dot peak {peak:.1} GOP/s",
-        Isa::selected().unwrap()
+        "ISA {} | memory bandwidth {bw:.1} GB/s | int8 dot peak {peak:.1} GOP/s | f32 FMA peak {}",
+        Isa::selected().unwrap(),
+        fma_peak.map_or("unmeasured".to_string(), |p| format!("{p:.1} GFLOP/s"))
     );
-    // (rows, cols): every weight shape of the three models, the projections
+    // (rows, cols): every weight shape of the project's models, the projections
     // both ways round.
     let shapes = [
+        // all-MiniLM-L6-v2.
+        (384, 384),
+        (1536, 384),
+        (384, 1536),
         (768, 768),
         (1152, 768),
         (768, 1152),
@@ -223,7 +264,14 @@ fn bench(c: &mut Criterion) {
         // single-token rows are measured streaming from memory too.
         (131_072, 768),
     ];
-    let only = std::env::var("LAMINA_BENCH_ONLY").ok();
+    // `cargo test` runs this target without `--bench`: one small shape, as a
+    // smoke test, not the whole table.
+    let smoke = !std::env::args().any(|a| a == "--bench");
+    let only = match std::env::var("LAMINA_BENCH_ONLY") {
+        Ok(o) => Some(o),
+        Err(_) if smoke => Some("Q8_0:768x768,F32:768x768".to_string()),
+        Err(_) => None,
+    };
     let token_counts: Vec<usize> = match std::env::var("LAMINA_BENCH_TOKENS") {
         Ok(v) => v
             .split(',')
@@ -240,6 +288,7 @@ fn bench(c: &mut Criterion) {
         .warm_up_time(std::time::Duration::from_millis(300));
     g.measurement_time(std::time::Duration::from_secs(1));
     for ty in [
+        GgmlType::F32,
         GgmlType::Q8_0,
         GgmlType::Q4_0,
         GgmlType::Q5_0,
@@ -295,17 +344,26 @@ fn bench(c: &mut Criterion) {
                         t.elapsed().as_secs_f64()
                     };
                     let first = time(&mut s, &mut y);
-                    let reps = ((0.3 / first) as usize).clamp(5, 200);
+                    let reps = if smoke {
+                        1
+                    } else {
+                        ((0.3 / first) as usize).clamp(5, 200)
+                    };
                     let mut times: Vec<f64> = (0..reps).map(|_| time(&mut s, &mut y)).collect();
                     times.sort_by(f64::total_cmp);
                     let dt = times[reps / 2];
                     let gbs = w.len() as f64 / dt / 1e9;
                     let gops = 2.0 * (rows * cols * tokens) as f64 / dt / 1e9;
+                    // Float weights multiply in f32: judged against the FMA peak.
+                    let (of, limit) = match (ty, fma_peak) {
+                        (GgmlType::F32, Some(p)) => ("f32 FMA", p),
+                        _ => ("int8", peak),
+                    };
                     eprintln!(
-                        "{ty:5}{label} {rows:>6}x{cols:<5} T={tokens:<4} {:9.3} ms  {gbs:6.1} GB/s ({:5.1}% of bw)  {gops:7.1} GOP/s ({:5.1}% of int8 peak)",
+                        "{ty:5}{label} {rows:>6}x{cols:<5} T={tokens:<4} {:9.3} ms  {gbs:6.1} GB/s ({:5.1}% of bw)  {gops:7.1} GOP/s ({:5.1}% of {of} peak)",
                         dt * 1e3,
                         100.0 * gbs / bw,
-                        100.0 * gops / peak
+                        100.0 * gops / limit
                     );
                     if rows <= 3072 && (tokens == 1 || tokens == 59) {
                         g.bench_function(format!("{ty}{label}/{rows}x{cols}/T{tokens}"), |b| {
