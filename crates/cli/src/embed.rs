@@ -67,7 +67,7 @@ pub fn init_threads(threads: Option<usize>) -> Result<usize> {
 /// on an oversubscribed machine, where spinning workers steal each other's
 /// cores. rayon's global pool is sized to
 /// `--threads` either way (model loading and the quantizer use it).
-pub fn thread_pool(threads: Option<usize>) -> Result<Box<dyn ThreadPool>> {
+pub fn thread_pool(threads: Option<usize>) -> Result<Box<dyn ThreadPool + Send>> {
     let n = init_threads(threads)?;
     match std::env::var("LAMINA_POOL").as_deref() {
         Ok("rayon") => Ok(Box::new(Rayon)),

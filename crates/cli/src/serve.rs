@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use lamina_server::{ServeConfig, Server};
 
-use crate::embed::init_threads;
+use crate::embed::thread_pool;
 use crate::generate::KvArg;
 use crate::models;
 
@@ -107,7 +107,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    init_threads(args.threads)?;
+    let pool = thread_pool(args.threads)?;
     let api_key = args
         .api_key
         .or_else(|| std::env::var("LAMINA_API_KEY").ok());
@@ -151,7 +151,7 @@ pub fn run(args: Args) -> Result<()> {
         ..ServeConfig::default()
     };
     let keyed = cfg.api_key.is_some();
-    let server = Server::load(cfg)?;
+    let server = Server::with_pool(cfg, pool)?;
     let names = server.state().names();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

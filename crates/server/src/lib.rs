@@ -52,7 +52,7 @@ use std::time::Duration;
 use lamina_model::chat::ChatTemplate;
 use lamina_model::embed::Embedder;
 use lamina_model::tokenizer::Tokenizer;
-use lamina_model::{KvType, LoadOptions};
+use lamina_model::{KvType, LoadOptions, ThreadPool};
 
 pub use embeddings::{EmbedModel, EmbedQueue};
 pub use error::{ApiError, ServeError};
@@ -320,8 +320,21 @@ pub fn model_name(path: &std::path::Path) -> String {
 }
 
 impl Server {
-    /// Opens every model and starts its inference threads.
+    /// Opens every model and starts its inference threads, which run their
+    /// passes on a spinning pool ([`lamina_model::SpinPool`]) of rayon's
+    /// global thread count: its workers wait for a pass's next parallel
+    /// region by spinning briefly, where rayon's are woken through the OS
+    /// several times a layer.
     pub fn load(cfg: ServeConfig) -> Result<Server, ServeError> {
+        let pool = lamina_model::SpinPool::new(rayon::current_num_threads());
+        Server::with_pool(cfg, Box::new(pool))
+    }
+
+    /// [`Server::load`] with the passes on `pool`.
+    pub fn with_pool(
+        cfg: ServeConfig,
+        pool: Box<dyn ThreadPool + Send>,
+    ) -> Result<Server, ServeError> {
         if cfg.models.is_empty() {
             return Err(ServeError::Config("no model to serve (-m MODEL)".into()));
         }
@@ -353,7 +366,7 @@ impl Server {
             return Err(ServeError::Config("--ctx must be at least 1".into()));
         }
         let metrics = Arc::new(Metrics::default());
-        let turnstile = Arc::new(Turnstile::default());
+        let turnstile = Arc::new(Turnstile::new(pool));
         let mut embedders = Vec::new();
         let mut generators = Vec::new();
         let mut threads = Vec::new();

@@ -5,6 +5,8 @@ use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
+use lamina_model::ThreadPool;
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panicking worker is caught and its job answered with 500; the data
     // under these locks stays consistent, so poisoning is ignored.
@@ -98,17 +100,33 @@ impl<T> JobQueue<T> {
 /// runs while holding a turn, so passes never compete for the compute pool,
 /// and a generation that gives its turn back after each token and asks again
 /// goes to the back of the line: active generations advance round-robin.
-#[derive(Default)]
+/// The turnstile owns that pool.
 pub struct Turnstile {
     /// (next ticket to hand out, ticket being served)
     inner: Mutex<(u64, u64)>,
     cv: Condvar,
+    pool: Box<dyn ThreadPool + Send>,
 }
 
 /// A held turn; dropping it lets the next ticket in.
 pub struct Turn<'a>(&'a Turnstile);
 
 impl Turnstile {
+    /// A turnstile in front of `pool`.
+    pub fn new(pool: Box<dyn ThreadPool + Send>) -> Turnstile {
+        Turnstile {
+            inner: Mutex::new((0, 0)),
+            cv: Condvar::new(),
+            pool,
+        }
+    }
+
+    /// The compute pool the passes run on (concurrent `run` calls on it
+    /// would be serialized anyway; turns decide whose pass goes first).
+    pub fn pool(&self) -> &dyn ThreadPool {
+        &*self.pool
+    }
+
     pub fn acquire(&self) -> Turn<'_> {
         let mut g = lock(&self.inner);
         let ticket = g.0;
@@ -155,7 +173,7 @@ mod tests {
 
     #[test]
     fn turns_are_served_in_order() {
-        let t = Arc::new(Turnstile::default());
+        let t = Arc::new(Turnstile::new(Box::new(lamina_model::Serial)));
         let order = Arc::new(Mutex::new(Vec::new()));
         let first = t.acquire();
         let mut handles = Vec::new();

@@ -25,13 +25,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use lamina_model::Rayon;
 use lamina_model::chat::ChatTemplate;
 use lamina_model::embed::{EmbedOptions, Embedder, Pair};
 use lamina_model::generate::{GenerateOptions, Session, StopReason};
 use lamina_model::sampling::{Sampler, SamplerParams};
 use lamina_model::tokenizer::Tokenizer;
-use lamina_model::{KvType, Model, ModelError};
+use lamina_model::{KvType, Model, ModelError, ThreadPool};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{ApiError, from_model};
@@ -51,6 +50,7 @@ pub trait Work: Send + Sized + 'static {
         embedder: &mut Embedder,
         items: &[Self],
         opts: &EmbedOptions,
+        pool: &dyn ThreadPool,
     ) -> Result<Vec<Self::Out>, ModelError>;
     /// Counts a finished pass in the metrics.
     fn count(metrics: &Metrics, n_items: usize, n_tokens: usize);
@@ -69,8 +69,9 @@ impl Work for Vec<u32> {
         e: &mut Embedder,
         items: &[Self],
         opts: &EmbedOptions,
+        pool: &dyn ThreadPool,
     ) -> Result<Vec<Vec<f32>>, ModelError> {
-        Ok(e.embed_ids(items, opts, &Rayon)?
+        Ok(e.embed_ids(items, opts, pool)?
             .into_iter()
             .map(|e| e.vector)
             .collect())
@@ -93,8 +94,13 @@ impl Work for Pair {
             segment_b: self.segment_b,
         }
     }
-    fn run(e: &mut Embedder, items: &[Self], opts: &EmbedOptions) -> Result<Vec<f32>, ModelError> {
-        e.score_pairs(items, opts, &Rayon)
+    fn run(
+        e: &mut Embedder,
+        items: &[Self],
+        opts: &EmbedOptions,
+        pool: &dyn ThreadPool,
+    ) -> Result<Vec<f32>, ModelError> {
+        e.score_pairs(items, opts, pool)
     }
     fn count(metrics: &Metrics, n_items: usize, n_tokens: usize) {
         metrics.rerank_tokens.fetch_add(n_tokens as u64, Relaxed);
@@ -217,7 +223,9 @@ fn run_embed_batch<W: Work>(
         }
         let result = {
             let _turn = turnstile.acquire();
-            catch_unwind(AssertUnwindSafe(|| W::run(embedder, &pass, opts)))
+            catch_unwind(AssertUnwindSafe(|| {
+                W::run(embedder, &pass, opts, turnstile.pool())
+            }))
         };
         metrics.embedding_batches.fetch_add(1, Relaxed);
         metrics.batch_texts.observe(pass.len() as f64);
@@ -347,7 +355,7 @@ fn run_generation(
         .count()
         .min(prompt.len().saturating_sub(1));
     let mut end = (common + session.batch()).min(prompt.len());
-    let mut result = session.prefill(&prompt[..end], &Rayon).map(drop);
+    let mut result = session.prefill(&prompt[..end], turnstile.pool()).map(drop);
     while result.is_ok() && end < prompt.len() {
         drop(turn.take());
         turn = Some(turnstile.acquire());
@@ -356,7 +364,7 @@ fn run_generation(
             return;
         }
         let next = (end + session.batch()).min(prompt.len());
-        result = session.eval(&prompt[end..next], &Rayon);
+        result = session.eval(&prompt[end..next], turnstile.pool());
         end = next;
     }
     if let Err(e) = result {
@@ -370,7 +378,7 @@ fn run_generation(
         .fetch_add(job.prompt.len() as u64, Relaxed);
     let mut sampler = Sampler::new(job.sampler.clone(), gm.model.hp.n_vocab);
     let mut first = true;
-    let out = session.generate(&mut sampler, &job.opts, &Rayon, &mut |piece| {
+    let out = session.generate(&mut sampler, &job.opts, turnstile.pool(), &mut |piece| {
         if first {
             first = false;
             metrics
