@@ -102,8 +102,12 @@ pub(super) fn f32_tiles<const N: usize>(
                     }
                     let v = tile(cols, wr, group(t));
                     for c in 0..T.min(tokens - t) {
-                        for i in 0..R {
-                            store(t + c, r + i, v[c * R + i]);
+                        let v: &[f32; R] = v[c * R..(c + 1) * R].try_into().unwrap();
+                        // SAFETY: as in `store`, for rows `r..r + R` (inside `r0..r1`)
+                        // of token `t + c < tokens`, which lie side by side.
+                        unsafe {
+                            let dst = outs[m].0.add((t + c) * rows + r);
+                            dst.cast::<[f32; R]>().write_unaligned(*v)
                         }
                     }
                 }

@@ -14,6 +14,8 @@ use crate::dispatch::{F32_TILE_ROWS, F32_TILE_TOKENS};
 
 const R: usize = F32_TILE_ROWS;
 const T: usize = F32_TILE_TOKENS;
+// The tile reduces its rows four at a time with `hsum4`.
+const _: () = assert!(R == 4);
 
 /// The products past the last whole eight, added one by one to `sum`.
 #[inline(always)]
@@ -49,7 +51,18 @@ unsafe fn k_f32_rows8(n: usize, w: *const f32, a: *const f32) -> [f32; 8] {
                 *acc = _mm256_fmadd_ps(_mm256_loadu_ps(w.add(r * n + i)), x, *acc);
             }
         }
-        std::array::from_fn(|r| tail(n, w.add(r * n), a, hsum_f32(acc[r])))
+        let mut out = [0.0f32; 8];
+        _mm_storeu_ps(out.as_mut_ptr(), hsum4(acc[0], acc[1], acc[2], acc[3]));
+        _mm_storeu_ps(
+            out.as_mut_ptr().add(4),
+            hsum4(acc[4], acc[5], acc[6], acc[7]),
+        );
+        if !n.is_multiple_of(8) {
+            for (r, v) in out.iter_mut().enumerate() {
+                *v = tail(n, w.add(r * n), a, *v);
+            }
+        }
+        out
     }
 }
 
@@ -67,10 +80,42 @@ unsafe fn k_f32_tile(n: usize, w: *const f32, a: *const f32) -> [f32; R * T] {
                 }
             }
         }
-        std::array::from_fn(|o| {
-            let (t, r) = (o / R, o % R);
-            tail(n, w.add(r * n), a.add(t * n), hsum_f32(acc[r][t]))
-        })
+        let sums: [__m128; T] =
+            std::array::from_fn(|t| hsum4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]));
+        let mut out = [0.0f32; R * T];
+        for (o, sums) in out.chunks_exact_mut(R).zip(sums) {
+            _mm_storeu_ps(o.as_mut_ptr(), sums);
+        }
+        if !n.is_multiple_of(8) {
+            for (o, v) in out.iter_mut().enumerate() {
+                let (t, r) = (o / R, o % R);
+                *v = tail(n, w.add(r * n), a.add(t * n), *v);
+            }
+        }
+        out
+    }
+}
+
+/// [`hsum_f32`] of four vectors at once, `[Σa, Σb, Σc, Σd]`, each with its
+/// tree: `(v0+v4 + v2+v6) + (v1+v5 + v3+v7)`.
+#[inline(always)]
+unsafe fn hsum4(a: __m256, b: __m256, c: __m256, d: __m256) -> __m128 {
+    // SAFETY: AVX is enabled in every kernel calling this.
+    unsafe {
+        // Halves added: [a.lo + a.hi | b.lo + b.hi] and the same for c, d.
+        let ab = _mm256_add_ps(
+            _mm256_permute2f128_ps::<0x20>(a, b),
+            _mm256_permute2f128_ps::<0x31>(a, b),
+        );
+        let cd = _mm256_add_ps(
+            _mm256_permute2f128_ps::<0x20>(c, d),
+            _mm256_permute2f128_ps::<0x31>(c, d),
+        );
+        // Per 128-bit lane: [s0+s2 of ab, of cd, s1+s3 of ab, of cd].
+        let u = _mm256_add_ps(_mm256_unpacklo_ps(ab, cd), _mm256_unpackhi_ps(ab, cd));
+        // (s0+s2) + (s1+s3): lane 0 holds [Σa, Σc, ..], lane 1 [Σb, Σd, ..].
+        let f = _mm256_add_ps(u, _mm256_permute_ps::<0b01_00_11_10>(u));
+        _mm_unpacklo_ps(_mm256_castps256_ps128(f), _mm256_extractf128_ps::<1>(f))
     }
 }
 
