@@ -42,6 +42,8 @@ const NEON_F32: TypeKernels = TypeKernels {
     simd: ROW_SIMD,
     vec_dot: neon::vec_dot_f32,
     vec_dot_x4: None,
+    vec_dot_rows8: Some(neon::vec_dot_rows8_f32),
+    f32_tile: Some(neon::f32_tile),
     ..scalar(T::F32)
 };
 

@@ -1,4 +1,9 @@
-//! f32 and f16 row dot products.
+//! f32 and f16 row dot products; f32's eight-row kernel and 4×3 tile.
+//!
+//! Every f32 path sums an output in one four-lane FMA chain (lane `l` adds
+//! `w[k]·a[k]` for `k ≡ l (mod 4)`, in order), reduces it with `vaddvq_f32`,
+//! then adds the last `n mod 4` products one by one: the tile and the
+//! eight-row kernel so give each output the row kernel's bits.
 
 use super::*;
 
@@ -21,18 +26,17 @@ unsafe fn ld4_f32(p: *const u8) -> float32x4_t {
     unsafe { vld1q_f32(p.cast()) }
 }
 
+/// f16 rows, in four chains.
 #[target_feature(enable = "neon")]
-unsafe fn k_float(n: usize, x: *const u8, y: *const u8, half: bool) -> f32 {
-    let (es, load): (usize, unsafe fn(*const u8) -> float32x4_t) =
-        if half { (2, cvt4) } else { (4, ld4_f32) };
-    // SAFETY: both rows hold `n` elements of `es` bytes (checked by the wrappers).
+unsafe fn k_f16(n: usize, x: *const u8, y: *const u8) -> f32 {
+    // SAFETY: both rows hold `n` f16 values (checked by the wrapper).
     unsafe {
         let mut acc = [vdupq_n_f32(0.0); 4];
         let mut i = 0;
         while i + 16 <= n {
             for (k, a) in acc.iter_mut().enumerate() {
-                let o = (i + 4 * k) * es;
-                *a = vfmaq_f32(*a, load(x.add(o)), load(y.add(o)));
+                let o = (i + 4 * k) * 2;
+                *a = vfmaq_f32(*a, cvt4(x.add(o)), cvt4(y.add(o)));
             }
             i += 16;
         }
@@ -41,27 +45,106 @@ unsafe fn k_float(n: usize, x: *const u8, y: *const u8, half: bool) -> f32 {
             vaddq_f32(acc[2], acc[3]),
         ));
         while i < n {
-            let (a, b) = if half {
-                (fp16(x.add(2 * i)), fp16(y.add(2 * i)))
-            } else {
-                (f32_at(x.add(4 * i)), f32_at(y.add(4 * i)))
-            };
-            sum += a * b;
+            sum += fp16(x.add(2 * i)) * fp16(y.add(2 * i));
             i += 1;
         }
         sum
     }
 }
 
+const R: usize = crate::dispatch::F32_TILE_ROWS;
+const T: usize = crate::dispatch::F32_TILE_TOKENS;
+
+/// The products past the last whole four, added one by one to `sum`.
+#[inline(always)]
+unsafe fn f32_tail(n: usize, w: *const u8, a: *const u8, mut sum: f32) -> f32 {
+    for i in n / 4 * 4..n {
+        // SAFETY: both rows hold `n` values.
+        sum += unsafe { f32_at(w.add(4 * i)) * f32_at(a.add(4 * i)) };
+    }
+    sum
+}
+
+#[target_feature(enable = "neon")]
+unsafe fn k_f32_row(n: usize, w: *const u8, a: *const u8) -> f32 {
+    // SAFETY: both rows hold `n` values (the wrapper's checks).
+    unsafe {
+        let mut acc = vdupq_n_f32(0.0);
+        for i in (0..n / 4 * 4).step_by(4) {
+            acc = vfmaq_f32(acc, ld4_f32(w.add(4 * i)), ld4_f32(a.add(4 * i)));
+        }
+        f32_tail(n, w, a, vaddvq_f32(acc))
+    }
+}
+
+#[target_feature(enable = "neon")]
+unsafe fn k_f32_rows8(n: usize, w: *const u8, a: *const u8) -> [f32; 8] {
+    // SAFETY: eight rows of `n` values back to back at `w`, `n` at `a`.
+    unsafe {
+        let mut acc = [vdupq_n_f32(0.0); 8];
+        for i in (0..n / 4 * 4).step_by(4) {
+            let x = ld4_f32(a.add(4 * i));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                *acc = vfmaq_f32(*acc, ld4_f32(w.add(4 * (r * n + i))), x);
+            }
+        }
+        std::array::from_fn(|r| f32_tail(n, w.add(4 * r * n), a, vaddvq_f32(acc[r])))
+    }
+}
+
+#[target_feature(enable = "neon")]
+unsafe fn k_f32_tile(n: usize, w: *const u8, a: *const u8) -> [f32; R * T] {
+    // SAFETY: `R` rows of `n` values back to back at `w`, `T` at `a`.
+    unsafe {
+        let mut acc = [[vdupq_n_f32(0.0); T]; R];
+        for i in (0..n / 4 * 4).step_by(4) {
+            let x: [float32x4_t; T] = std::array::from_fn(|t| ld4_f32(a.add(4 * (t * n + i))));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let wv = ld4_f32(w.add(4 * (r * n + i)));
+                for (acc, &x) in acc.iter_mut().zip(&x) {
+                    *acc = vfmaq_f32(*acc, wv, x);
+                }
+            }
+        }
+        std::array::from_fn(|o| {
+            let (t, r) = (o / R, o % R);
+            f32_tail(n, w.add(4 * r * n), a.add(4 * t * n), vaddvq_f32(acc[r][t]))
+        })
+    }
+}
+
+/// Checks that `bytes` holds `rows` rows of `n` f32.
+fn f32_rows(n: usize, rows: usize, bytes: &[u8], what: &str) {
+    assert_eq!(bytes.len(), rows * n * 4, "{what}: {rows} rows of {n} f32");
+}
+
 pub(crate) fn vec_dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    row_blocks(GgmlType::F32, n, w);
-    row_blocks(GgmlType::F32, n, a);
-    // SAFETY: both rows hold `n` values (checked above); reachable only after NEON detection.
-    unsafe { k_float(n, w.as_ptr(), a.as_ptr(), false) }
+    f32_rows(n, 1, w, "weights");
+    f32_rows(n, 1, a, "activations");
+    // SAFETY: one row of `n` values each (checked above); reachable only after NEON
+    // detection.
+    unsafe { k_f32_row(n, w.as_ptr(), a.as_ptr()) }
+}
+
+pub(crate) fn vec_dot_rows8_f32(n: usize, w: &[u8], a: &[u8]) -> [f32; 8] {
+    f32_rows(n, 8, w, "weights");
+    f32_rows(n, 1, a, "activations");
+    // SAFETY: eight weight rows and one activation row of `n` values (checked above);
+    // reachable only after NEON detection.
+    unsafe { k_f32_rows8(n, w.as_ptr(), a.as_ptr()) }
+}
+
+/// `out[t · R + r]` is weight row `r`'s dot product with token `t`.
+pub(crate) fn f32_tile(n: usize, w: &[u8], a: &[u8]) -> [f32; R * T] {
+    f32_rows(n, R, w, "weights");
+    f32_rows(n, T, a, "activations");
+    // SAFETY: `R` weight rows and `T` activation rows of `n` values (checked above);
+    // reachable only after NEON detection.
+    unsafe { k_f32_tile(n, w.as_ptr(), a.as_ptr()) }
 }
 pub(crate) fn vec_dot_f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
     row_blocks(GgmlType::F16, n, w);
     row_blocks(GgmlType::F16, n, a);
     // SAFETY: both rows hold `n` values (checked above); reachable only after NEON detection.
-    unsafe { k_float(n, w.as_ptr(), a.as_ptr(), true) }
+    unsafe { k_f16(n, w.as_ptr(), a.as_ptr()) }
 }
