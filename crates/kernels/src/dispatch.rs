@@ -18,8 +18,6 @@ pub type VecDotX4Fn = fn(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4];
 /// activation row, the rows side by side in the lanes: the row kernel's
 /// bits for each, with the activation decoded once for all eight (decoding).
 pub type VecDotRows8Fn = fn(n: usize, w: &[u8], a: &[u8]) -> [f32; 8];
-/// One weight row against eight activation rows in the layout of
-/// the internal `act_pack` module (for batches: prompt processing, embedding).
 /// A tile of F32 rows: [`F32_TILE_ROWS`] weight rows of `n` values (`w`,
 /// back to back) against [`F32_TILE_TOKENS`] activation rows (`a`, back to
 /// back); `out[t · F32_TILE_ROWS + r]` is row `r` against token `t`, with
@@ -29,6 +27,8 @@ pub type F32TileFn = fn(n: usize, w: &[u8], a: &[u8]) -> [f32; F32_TILE_ROWS * F
 pub const F32_TILE_ROWS: usize = 4;
 /// Tokens of an [`F32TileFn`].
 pub const F32_TILE_TOKENS: usize = 3;
+/// One weight row against eight activation rows in the layout of
+/// the internal `act_pack` module (for batches: prompt processing, embedding).
 pub type Tile8Fn = fn(n: usize, w: &[u8], packed: &[u8]) -> [f32; 8];
 /// The same against a packed group of four rows.
 pub type Tile4Fn = fn(n: usize, w: &[u8], packed: &[u8]) -> [f32; 4];
