@@ -55,20 +55,6 @@ struct Gold {
     hf_ids: Vec<Vec<u32>>,
 }
 
-fn ids(v: &Value) -> Vec<Vec<u32>> {
-    v.as_array()
-        .expect("id lists")
-        .iter()
-        .map(|l| {
-            l.as_array()
-                .expect("id list")
-                .iter()
-                .map(|x| x.as_u64().expect("id") as u32)
-                .collect()
-        })
-        .collect()
-}
-
 fn gold() -> Gold {
     let texts: Value =
         serde_json::from_str(&std::fs::read_to_string(testdata("texts.json")).unwrap()).unwrap();
@@ -94,8 +80,8 @@ fn gold() -> Gold {
     assert_eq!(gold_ids, text_ids, "gold.json is stale: rerun make_gold.py");
     assert!(texts.len() >= 20);
     Gold {
-        llama_ids: ids(&gold["llama_ids"]),
-        hf_ids: ids(&gold["hf_ids"]),
+        llama_ids: common::id_lists(&gold["llama_ids"]),
+        hf_ids: common::id_lists(&gold["hf_ids"]),
         texts,
     }
 }

@@ -54,20 +54,6 @@ struct Gold {
     index: Value,
 }
 
-fn id_lists(v: &Value) -> Vec<Vec<u32>> {
-    v.as_array()
-        .expect("id lists")
-        .iter()
-        .map(|l| {
-            l.as_array()
-                .expect("id list")
-                .iter()
-                .map(|x| x.as_u64().expect("id") as u32)
-                .collect()
-        })
-        .collect()
-}
-
 fn gold() -> Gold {
     let texts = json("texts.json");
     let index = json("gold.json");
@@ -84,8 +70,8 @@ fn gold() -> Gold {
         .collect();
     assert_eq!(gold_ids, ids, "gold.json is stale: rerun make_gold.py");
     assert!(ids.len() >= 40);
-    let hf_ids = id_lists(&index["hf_ids"]);
-    let llama_ids = id_lists(&index["llama_ids"]);
+    let hf_ids = common::id_lists(&index["hf_ids"]);
+    let llama_ids = common::id_lists(&index["llama_ids"]);
     let llama_like_hf: Vec<bool> = hf_ids.iter().zip(&llama_ids).map(|(h, l)| h == l).collect();
     Gold {
         texts: texts

@@ -30,7 +30,8 @@ use lamina_kernels::pool::{ThreadPool, rows2};
 use crate::ModelError;
 use crate::hparams::HParams;
 use crate::transformer::{Model, Workspace};
-use crate::weights::{Linear, Loader, forward_many};
+use crate::weights::{Linear, Loader, Store, forward_many};
+use lamina_kernels::matmul::Scratch;
 use tensors::{EncLayer, Norm};
 
 /// An encoder's weights beyond the token embedding (which [`Model`] holds).
@@ -208,23 +209,16 @@ impl Encoder {
             tensor: format!("blk.{il}.attention"),
             error: e,
         })?;
-        l.wo.forward(
-            f,
+        let sub = SubLayer { f, t, d, eps, pool };
+        sub.out(
+            &l.wo,
             &b.att[..t * qd],
-            t,
-            &mut b.o[..t * d],
+            &mut b.o,
+            &mut b.x,
             &mut b.scratch,
-            pool,
-        )?;
-        residual_norm(
-            pool,
-            t,
-            &mut b.o[..t * d],
-            &mut b.x[..t * d],
             &l.bo,
             &l.attn_norm,
-            eps,
-        );
+        )?;
 
         match &l.gate {
             None => {
@@ -267,42 +261,51 @@ impl Encoder {
                 );
             }
         }
-        l.down.forward(
-            f,
+        sub.out(
+            &l.down,
             &b.gate[..t * ff],
-            t,
-            &mut b.o[..t * d],
+            &mut b.o,
+            &mut b.x,
             &mut b.scratch,
-            pool,
-        )?;
-        residual_norm(
-            pool,
-            t,
-            &mut b.o[..t * d],
-            &mut b.x[..t * d],
             &l.down_b,
             &l.out_norm,
-            eps,
-        );
-        Ok(())
+        )
     }
 }
 
-/// `x = LayerNorm(x + o + bias)` per row.
-fn residual_norm(
-    pool: &dyn ThreadPool,
+/// What the two output steps of a block (attention's, the feed-forward's)
+/// share.
+struct SubLayer<'a> {
+    f: Store<'a>,
     t: usize,
-    o: &mut [f32],
-    x: &mut [f32],
-    bias: &Option<Vec<f32>>,
-    norm: &Norm,
+    d: usize,
     eps: f32,
-) {
-    rows2(pool, t, o, x, &|_, o, x| {
-        if let Some(bias) = bias {
-            ops::add_in_place(o, bias);
-        }
-        ops::add_in_place(x, o);
-        ops::layer_norm_in_place(x, &norm.w, &norm.b, eps);
-    });
+    pool: &'a dyn ThreadPool,
+}
+
+impl SubLayer<'_> {
+    /// `x = LayerNorm(x + W·input + bias)` per row, with `o` holding `W·input`.
+    #[allow(clippy::too_many_arguments)]
+    fn out(
+        &self,
+        w: &Linear,
+        input: &[f32],
+        o: &mut [f32],
+        x: &mut [f32],
+        scratch: &mut Scratch,
+        bias: &Option<Vec<f32>>,
+        norm: &Norm,
+    ) -> Result<(), ModelError> {
+        let (t, n) = (self.t, self.t * self.d);
+        let (o, x) = (&mut o[..n], &mut x[..n]);
+        w.forward(self.f, input, t, o, scratch, self.pool)?;
+        rows2(self.pool, t, o, x, &|_, o, x| {
+            if let Some(bias) = bias {
+                ops::add_in_place(o, bias);
+            }
+            ops::add_in_place(x, o);
+            ops::layer_norm_in_place(x, &norm.w, &norm.b, self.eps);
+        });
+        Ok(())
+    }
 }

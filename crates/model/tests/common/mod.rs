@@ -37,6 +37,21 @@ pub fn f32_rows(path: &Path, n: usize, dim: usize) -> Vec<Vec<f32>> {
         .collect()
 }
 
+/// Lists of token ids from a gold JSON array of arrays.
+pub fn id_lists(v: &serde_json::Value) -> Vec<Vec<u32>> {
+    v.as_array()
+        .expect("id lists")
+        .iter()
+        .map(|l| {
+            l.as_array()
+                .expect("id list")
+                .iter()
+                .map(|x| x.as_u64().expect("id") as u32)
+                .collect()
+        })
+        .collect()
+}
+
 /// The hex SHA-256 of a file.
 pub fn sha256(path: &Path) -> String {
     let mut h = Sha256::new();
