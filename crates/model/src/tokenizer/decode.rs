@@ -178,7 +178,8 @@ fn unescape_spaces(text: &[u8], out: &mut Vec<u8>) {
 /// `llama_decode_text`: GPT-2 byte-level text back to bytes. A character
 /// outside the byte map is written the way llama.cpp writes it.
 fn gpt2_decode(text: &[u8], out: &mut Vec<u8>) {
-    for cpt in unicode::cpts_from_utf8(text) {
+    // Per generated token: decoded in place, nothing allocated.
+    for cpt in unicode::cpts(text) {
         match unicode::cpt_to_byte(cpt) {
             Some(b) => out.push(b),
             None => {

@@ -167,9 +167,15 @@ pub(crate) fn utf8_len(lead: u8) -> usize {
 /// surrogates, and neither do we).
 pub(crate) fn cpts_from_utf8(bytes: &[u8]) -> Vec<u32> {
     let mut out = Vec::with_capacity(bytes.len());
+    out.extend(cpts(bytes));
+    out
+}
+
+/// The codepoints of [`cpts_from_utf8`], one at a time (nothing allocated).
+pub(crate) fn cpts(bytes: &[u8]) -> impl Iterator<Item = u32> + '_ {
     let mut i = 0;
-    while i < bytes.len() {
-        let b0 = u32::from(bytes[i]);
+    std::iter::from_fn(move || {
+        let b0 = u32::from(*bytes.get(i)?);
         let cont = |k: usize| {
             bytes
                 .get(i + k)
@@ -197,18 +203,10 @@ pub(crate) fn cpts_from_utf8(bytes: &[u8]) -> Vec<u32> {
         } else {
             None
         };
-        match decoded {
-            Some((cpt, n)) => {
-                out.push(cpt);
-                i += n;
-            }
-            None => {
-                out.push(0xFFFD);
-                i += 1;
-            }
-        }
-    }
-    out
+        let (cpt, n) = decoded.unwrap_or((0xFFFD, 1));
+        i += n;
+        Some(cpt)
+    })
 }
 
 /// `unicode_cpt_to_utf8`, appending. Codepoints past U+10FFFF cannot be
