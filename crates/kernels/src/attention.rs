@@ -8,8 +8,10 @@
 //! and sum are updated once per block, and the value rows are accumulated
 //! straight into the output row. Prompt-sized calls over an f16 cache widen
 //! each task's key and value rows to f32 once, for all its query heads and
-//! positions, into a per-thread buffer (grown, never shrunk); a single
-//! query (decoding) widens rows as it reads them and allocates nothing.
+//! positions, into a per-thread buffer (grown, never shrunk), where its
+//! queries read each row twice on average (a prompt's overlapping ranges);
+//! otherwise (decoding, alone or many sequences batched) rows are widened
+//! as they are read and nothing is allocated.
 //!
 //! Work is split over (query chunk × kv head for prompts, or × part of a kv
 //! head's query heads for a few queries, as `group_parts` splits them) tasks on a
@@ -275,9 +277,12 @@ pub fn attention_on(
             .map(keys)
             .filter(|r| !r.is_empty())
             .reduce(|a, b| a.start.min(b.start)..a.end.max(b.end));
+        // Widening pays where the queries share rows (a prompt), not where
+        // they read disjoint sequences (a batch of decoding sequences).
+        let reads: usize = queries.clone().map(|t| keys(t).len()).sum();
         match (k, v, span) {
             (KvRows::F16(k16), KvRows::F16(v16), Some(span))
-                if per_kv && span.len() <= WIDEN_MAX_KEYS =>
+                if per_kv && span.len() <= WIDEN_MAX_KEYS && reads >= 2 * span.len() =>
             {
                 WIDENED.with_borrow_mut(|(kw, vw)| {
                     let n = span.len() * hd;
