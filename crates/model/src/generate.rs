@@ -105,9 +105,7 @@ pub struct Session<'m> {
     /// Next-token logits after `tokens` (valid when `has_logits`).
     logits: Vec<f32>,
     has_logits: bool,
-    /// Generated text, and piece bytes still waiting for the rest of a character.
-    text: String,
-    pending: Vec<u8>,
+    dec: Decoder,
 }
 
 impl std::fmt::Debug for Session<'_> {
@@ -160,8 +158,7 @@ impl<'m> Session<'m> {
             tokens: Vec::with_capacity(n_ctx),
             logits: vec![0.0; model.hp.n_vocab],
             has_logits: false,
-            text: String::new(),
-            pending: Vec::new(),
+            dec: Decoder::default(),
         })
     }
 
@@ -293,43 +290,21 @@ impl<'m> Session<'m> {
         let start = Instant::now();
         let room = self.n_ctx() - self.tokens.len() + 1;
         let limit = opts.max_tokens.unwrap_or(usize::MAX).min(room);
-        let mut ids = Vec::with_capacity(limit.min(self.n_ctx()));
-        self.text.clear();
-        self.text.reserve(ids.capacity() * 32);
-        self.pending.clear();
-        self.pending.reserve(64);
+        self.dec.start(opts, limit.min(self.n_ctx()));
         sampler.set_history(&self.tokens);
-        let max_stop = opts.stop.iter().map(String::len).max().unwrap_or(0);
-        let mut emitted = 0;
         let mut n_eval = 0;
-
         let stop = loop {
-            if opts.max_tokens.is_some_and(|m| ids.len() >= m) {
-                break StopReason::Length;
-            }
-            let id = sampler.sample(&self.logits);
-            sampler.accept(id);
-            ids.push(id);
-            if !opts.ignore_eos && self.tok.is_eog(id) {
-                break StopReason::Eos;
-            }
-            let before = self.text.len();
-            self.tok.append_piece(id, false, &mut self.pending);
-            decode_utf8(&mut self.pending, &mut self.text);
-            if let Some(at) = find_stop(&self.text, before, &opts.stop, max_stop) {
-                self.text.truncate(at);
-                break StopReason::StopString;
-            }
-            let hold = held_back(&self.text, &opts.stop);
-            let ready = self.text.len() - hold;
-            let piece = if ready > emitted {
-                &self.text[emitted..ready]
-            } else {
-                ""
+            let id = match self.dec.step(sampler, &self.logits, self.tok, opts) {
+                Ok((id, piece)) => {
+                    if !on_text(piece) {
+                        break StopReason::Cancelled;
+                    }
+                    id
+                }
+                Err(stop) => break stop,
             };
-            emitted = emitted.max(ready);
-            if !on_text(piece) {
-                break StopReason::Cancelled;
+            if self.dec.at_limit(opts) {
+                break StopReason::Length;
             }
             if self.tokens.len() >= self.n_ctx() {
                 break StopReason::Context;
@@ -337,21 +312,109 @@ impl<'m> Session<'m> {
             self.eval(std::slice::from_ref(&id), pool)?;
             n_eval += 1;
         };
-        // Whatever was held back: an unfinished character, a partial stop string.
-        if stop != StopReason::StopString && !self.pending.is_empty() {
-            self.text.push_str(&String::from_utf8_lossy(&self.pending));
-            self.pending.clear();
-        }
-        if self.text.len() > emitted && stop != StopReason::Cancelled {
-            on_text(&self.text[emitted..]);
+        let rest = self.dec.finish(stop);
+        if !rest.is_empty() {
+            on_text(rest);
         }
         Ok(Generation {
-            ids,
-            text: self.text.clone(),
+            ids: std::mem::take(&mut self.dec.ids),
+            text: self.dec.text().to_string(),
             stop,
             n_eval,
             eval_time: start.elapsed(),
         })
+    }
+}
+
+/// The text side of one generation: the sampled ids, their text, and what
+/// is held back from the stream (an unfinished character, the start of a
+/// possible stop string). [`Session`] and the batch scheduler share it.
+#[derive(Debug, Default)]
+pub(crate) struct Decoder {
+    pub(crate) ids: Vec<u32>,
+    /// Generated text, and piece bytes still waiting for the rest of a character.
+    text: String,
+    pending: Vec<u8>,
+    /// Bytes of `text` already streamed.
+    emitted: usize,
+    /// The longest stop string's length.
+    max_stop: usize,
+}
+
+impl Decoder {
+    /// Starts a generation of up to `limit` tokens; the buffers are reserved
+    /// now, so the steps allocate nothing.
+    pub(crate) fn start(&mut self, opts: &GenerateOptions, limit: usize) {
+        self.ids.clear();
+        self.ids.reserve(limit);
+        self.text.clear();
+        self.text.reserve(limit.saturating_mul(32));
+        self.pending.clear();
+        self.pending.reserve(64);
+        self.emitted = 0;
+        self.max_stop = opts.stop.iter().map(String::len).max().unwrap_or(0);
+    }
+
+    /// Samples the next token from `logits` and returns it with the text that
+    /// became ready to stream (maybe none), or why the generation ends here
+    /// (the token limit, an end-of-generation token, a stop string).
+    pub(crate) fn step(
+        &mut self,
+        sampler: &mut Sampler,
+        logits: &[f32],
+        tok: &Tokenizer,
+        opts: &GenerateOptions,
+    ) -> Result<(u32, &str), StopReason> {
+        if opts.max_tokens.is_some_and(|m| self.ids.len() >= m) {
+            return Err(StopReason::Length);
+        }
+        let id = sampler.sample(logits);
+        sampler.accept(id);
+        self.ids.push(id);
+        if !opts.ignore_eos && tok.is_eog(id) {
+            return Err(StopReason::Eos);
+        }
+        let before = self.text.len();
+        tok.append_piece(id, false, &mut self.pending);
+        decode_utf8(&mut self.pending, &mut self.text);
+        if let Some(at) = find_stop(&self.text, before, &opts.stop, self.max_stop) {
+            self.text.truncate(at);
+            return Err(StopReason::StopString);
+        }
+        let ready = self.text.len() - held_back(&self.text, &opts.stop);
+        let from = self.emitted;
+        self.emitted = self.emitted.max(ready);
+        let piece = if ready > from {
+            &self.text[from..ready]
+        } else {
+            ""
+        };
+        Ok((id, piece))
+    }
+
+    /// Whether the token limit is reached (the last token is not fed back).
+    pub(crate) fn at_limit(&self, opts: &GenerateOptions) -> bool {
+        opts.max_tokens.is_some_and(|m| self.ids.len() >= m)
+    }
+
+    /// Ends the generation: returns the text still held back, to stream
+    /// last (none after a stop string or a cancellation).
+    pub(crate) fn finish(&mut self, stop: StopReason) -> &str {
+        if stop != StopReason::StopString && !self.pending.is_empty() {
+            self.text.push_str(&String::from_utf8_lossy(&self.pending));
+            self.pending.clear();
+        }
+        let from = self.emitted;
+        self.emitted = self.text.len();
+        if stop == StopReason::Cancelled || from >= self.text.len() {
+            return "";
+        }
+        &self.text[from..]
+    }
+
+    /// The text generated so far (a matched stop string cut off).
+    pub(crate) fn text(&self) -> &str {
+        &self.text
     }
 }
 

@@ -36,6 +36,7 @@ pub mod load;
 pub mod mem;
 pub mod requantize;
 pub mod sampling;
+pub mod scheduler;
 pub mod tokenizer;
 pub mod transformer;
 pub mod weights;
@@ -45,7 +46,7 @@ pub use hparams::{HParams, Pooling};
 pub use lamina_kernels::pool::{Rayon, Serial, ThreadPool};
 pub use lamina_kernels::spin_pool::SpinPool;
 pub use load::{Load, LoadOptions};
-pub use transformer::{KvCache, KvType, Model, Workspace};
+pub use transformer::{Chunk, KvCache, KvType, Model, Workspace};
 
 /// A compute pool with one thread per core: the spinning pool the CLI uses
 /// by default ([`SpinPool`]), whose workers spin briefly between a forward

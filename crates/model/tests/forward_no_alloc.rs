@@ -1,6 +1,7 @@
 //! Once its workspace is sized, `Model::forward_sequences` (the per-layer path
 //! of embeddings) allocates nothing, for a batch of the same size or smaller,
-//! serial and on rayon: a counting global allocator proves it.
+//! serial and on rayon: a counting global allocator proves it. So do a
+//! decoded token (`forward_cached`) and a batched decode step (`Scheduler`).
 //!
 //! The forwards run inside `ThreadPool::install`, as `Embedder` runs them:
 //! every rayon entry from outside the pool injects a job into rayon's global
@@ -132,3 +133,76 @@ fn decoding_a_token_does_not_allocate() {
         });
     }
 }
+
+/// Batched decoding: once every sequence's prompt is in, a scheduler step
+/// (one forward pass over four sequences, their sampling and text) allocates
+/// nothing, on one thread or several.
+#[test]
+fn a_batched_decode_step_does_not_allocate() {
+    use lamina_model::generate::GenerateOptions;
+    use lamina_model::sampling::SamplerParams;
+    use lamina_model::scheduler::{Event, Request, Scheduler, SchedulerOptions};
+    use lamina_model::tokenizer::Tokenizer;
+
+    let _serial = one_at_a_time();
+    let Some(path) = common::present("SmolLM2-135M-Instruct-Q8_0.gguf") else {
+        return;
+    };
+    let model = Model::open(&path).unwrap();
+    let tok = Tokenizer::from_gguf(&model.file).unwrap();
+    for pool in [&Serial as &dyn ThreadPool, &Rayon] {
+        pool.install(&mut || {
+            let opts = SchedulerOptions {
+                slots: 4,
+                n_ctx: 128,
+                kv: KvType::F16,
+                budget: 64,
+            };
+            let mut sched = Scheduler::new(&model, &tok, opts).unwrap();
+            for s in 0..4u32 {
+                let sampler = if s % 2 == 0 {
+                    SamplerParams::greedy()
+                } else {
+                    SamplerParams {
+                        seed: u64::from(s),
+                        ..SamplerParams::default()
+                    }
+                };
+                let req = Request {
+                    prompt: (0..20 + 5 * s).map(|i| 100 + i * 7 + s).collect(),
+                    sampler,
+                    opts: GenerateOptions {
+                        max_tokens: Some(64),
+                        ignore_eos: true,
+                        stop: vec!["\n\nUser:".into()],
+                    },
+                };
+                sched.admit(req).unwrap();
+            }
+            let mut tokens = 0;
+            let mut on = |ev: Event<'_>| {
+                if let Event::Token { .. } = ev {
+                    tokens += 1;
+                }
+                true
+            };
+            // Prompts in, and one decode step to warm up.
+            while sched.step(pool, &mut on) > 4 {}
+            sched.step(pool, &mut on);
+            for step in 0..8 {
+                let before = allocations();
+                let ran = sched.step(pool, &mut on);
+                let after = allocations();
+                assert_eq!(ran, 4, "step {step}: every sequence decodes");
+                assert_eq!(
+                    after,
+                    before,
+                    "batched decode step {step} on {} threads: {} allocations",
+                    pool.threads(),
+                    after - before
+                );
+            }
+        });
+    }
+}
+

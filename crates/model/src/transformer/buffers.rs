@@ -41,6 +41,8 @@ pub struct Workspace {
     pub(crate) seq: Vec<(usize, usize)>,
     /// Per token: its segment (token type) in encoder models, 0 or 1.
     pub(crate) types: Vec<u8>,
+    /// Per token: the cache row of its sequence's first position.
+    pub(crate) kv_base: Vec<usize>,
     pub(crate) n_embd: usize,
 }
 
@@ -77,6 +79,7 @@ impl Workspace {
         self.pos.resize(tokens.max(self.pos.len()), 0);
         self.seq.resize(tokens.max(self.seq.len()), (0, 0));
         self.types.resize(tokens.max(self.types.len()), 0);
+        self.kv_base.resize(tokens.max(self.kv_base.len()), 0);
         // Quantized activations of the widest input; F32 (4 bytes a value) is the worst case.
         let widest = hp.n_embd.max(hp.n_ff).max(hp.q_dim());
         b.scratch.reserve_bytes(tokens * widest * 4);
@@ -89,13 +92,16 @@ impl Workspace {
     }
 }
 
-/// Keys and values of past positions, per layer, for one sequence.
+/// Keys and values of past positions, per layer, for one or more sequences.
+/// Each sequence owns `n_ctx` consecutive rows of every layer's buffers, so
+/// a query of sequence `s` attends to one contiguous range of rows and a
+/// batch may mix sequences.
 #[derive(Debug)]
 pub struct KvCache {
     pub(super) n_ctx: usize,
     kv_dim: usize,
-    /// Positions filled.
-    pub(super) len: usize,
+    /// Positions filled, per sequence.
+    pub(super) lens: Vec<usize>,
     layers: Vec<(KvBuf, KvBuf)>,
 }
 
@@ -113,9 +119,14 @@ enum KvBuf {
 }
 
 impl KvCache {
-    /// A cache of `n_ctx` positions (all allocated now).
+    /// A cache of `n_ctx` positions for one sequence (all allocated now).
     pub fn new(hp: &HParams, n_ctx: usize, ty: KvType) -> KvCache {
-        let n = n_ctx * hp.kv_dim();
+        KvCache::with_sequences(hp, n_ctx, 1, ty)
+    }
+
+    /// A cache of `n_seq` sequences of `n_ctx` positions each (all allocated now).
+    pub fn with_sequences(hp: &HParams, n_ctx: usize, n_seq: usize, ty: KvType) -> KvCache {
+        let n = n_seq * n_ctx * hp.kv_dim();
         let buf = || match ty {
             KvType::F16 => KvBuf::F16(vec![f16::ZERO; n]),
             KvType::F32 => KvBuf::F32(vec![0.0; n]),
@@ -123,29 +134,70 @@ impl KvCache {
         KvCache {
             n_ctx,
             kv_dim: hp.kv_dim(),
-            len: 0,
+            lens: vec![0; n_seq],
             layers: (0..hp.n_layer).map(|_| (buf(), buf())).collect(),
         }
     }
 
-    /// Positions filled.
+    /// Positions filled in the first sequence.
     pub fn len(&self) -> usize {
-        self.len
+        self.lens[0]
     }
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.lens[0] == 0
     }
-    /// Capacity in positions.
+    /// Positions filled in sequence `seq`.
+    pub fn seq_len(&self, seq: usize) -> usize {
+        self.lens[seq]
+    }
+    /// Sequences the cache holds.
+    pub fn n_seq(&self) -> usize {
+        self.lens.len()
+    }
+    /// Capacity in positions, per sequence.
     pub fn n_ctx(&self) -> usize {
         self.n_ctx
     }
-    /// Forgets positions from `len` on (to reuse a common prefix).
+    /// Forgets the first sequence's positions from `len` on (to reuse a common prefix).
     pub fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
+        self.truncate_seq(0, len);
+    }
+    /// Forgets sequence `seq`'s positions from `len` on.
+    pub fn truncate_seq(&mut self, seq: usize, len: usize) {
+        self.lens[seq] = self.lens[seq].min(len);
     }
 
-    pub(super) fn store(&mut self, il: usize, p0: usize, k: &[f32], v: &[f32]) {
-        let at = p0 * self.kv_dim;
+    /// Makes sequence `to` hold the first `n` positions of sequence `from`
+    /// (a shared prefix copied instead of recomputed).
+    pub fn copy_prefix(&mut self, from: usize, to: usize, n: usize) {
+        let n = n.min(self.lens[from]).min(self.n_ctx);
+        if from != to {
+            let (src, dst, m) = (self.row(from, 0), self.row(to, 0), n * self.kv_dim);
+            for (k, v) in &mut self.layers {
+                for b in [k, v] {
+                    match b {
+                        KvBuf::F16(d) => d.copy_within(src..src + m, dst),
+                        KvBuf::F32(d) => d.copy_within(src..src + m, dst),
+                    }
+                }
+            }
+        }
+        self.lens[to] = n;
+    }
+
+    /// The first cache row of sequence `seq`.
+    pub(super) fn base(&self, seq: usize) -> usize {
+        seq * self.n_ctx
+    }
+
+    /// Index of the first value of sequence `seq`'s position `pos`.
+    fn row(&self, seq: usize, pos: usize) -> usize {
+        (self.base(seq) + pos) * self.kv_dim
+    }
+
+    /// Writes rows of keys and values at cache row `row` of layer `il`.
+    pub(super) fn store(&mut self, il: usize, row: usize, k: &[f32], v: &[f32]) {
+        let at = row * self.kv_dim;
         let (kb, vb) = &mut self.layers[il];
         for (src, dst) in [(k, kb), (v, vb)] {
             match dst {
@@ -155,16 +207,17 @@ impl KvCache {
         }
     }
 
-    /// The memory of layer `il`'s first `n` key and value rows.
-    pub(super) fn spans(&self, il: usize, n: usize) -> [Span; 2] {
-        let m = n * self.kv_dim;
+    /// The memory of layer `il`'s key and value rows `rows`.
+    pub(super) fn spans(&self, il: usize, rows: std::ops::Range<usize>) -> [Span; 2] {
+        let m = rows.start * self.kv_dim..rows.end * self.kv_dim;
         let (k, v) = &self.layers[il];
         [k, v].map(|b| match b {
-            KvBuf::F16(d) => Span::of(&d[..m]),
-            KvBuf::F32(d) => Span::of(&d[..m]),
+            KvBuf::F16(d) => Span::of(&d[m.clone()]),
+            KvBuf::F32(d) => Span::of(&d[m.clone()]),
         })
     }
 
+    /// Layer `il`'s first `n` key and value rows (every sequence's).
     pub(super) fn rows(&self, il: usize, n: usize) -> (KvRows<'_>, KvRows<'_>) {
         fn view(b: &KvBuf, m: usize) -> KvRows<'_> {
             match b {

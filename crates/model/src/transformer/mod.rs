@@ -16,9 +16,10 @@
 //! * [`Model::forward_sequences`] (embeddings): several independent sequences
 //!   in one batch, each attending only to itself (bidirectional, or causal),
 //!   keys and values taken straight from the batch.
-//! * [`Model::forward_cached`] (generation): one sequence continued from a
-//!   [`KvCache`]; the batch's keys and values are appended to the cache and
-//!   queries attend causally over it.
+//! * [`Model::forward_batch`] (generation): sequences continued from their
+//!   slots of a [`KvCache`], each a [`Chunk`] of the batch; each chunk's keys
+//!   and values are appended to its slot and its queries attend causally
+//!   over that slot. [`Model::forward_cached`] is the one-sequence case.
 //!
 //! Once the workspace and cache are sized, a forward allocates nothing.
 
@@ -384,6 +385,43 @@ impl Model {
         logits: &mut [f32],
         pool: &dyn ThreadPool,
     ) -> Result<(), ModelError> {
+        let chunk = [Chunk {
+            seq: 0,
+            len: tokens.len(),
+            logits: !all_logits,
+        }];
+        let chunks = if tokens.is_empty() { &[][..] } else { &chunk };
+        self.forward_kv(ws, cache, tokens, chunks, all_logits, logits, pool)
+    }
+
+    /// Continues several cached sequences in one batch: `chunks` split
+    /// `tokens` in order, one chunk per sequence at most. `logits` receives,
+    /// chunk by chunk, the logits after the last token of each chunk that
+    /// asks for them (`n_vocab` values each). Every token's result is the
+    /// same bits whatever else shares the batch.
+    pub fn forward_batch(
+        &self,
+        ws: &mut Workspace,
+        cache: &mut KvCache,
+        tokens: &[u32],
+        chunks: &[Chunk],
+        logits: &mut [f32],
+        pool: &dyn ThreadPool,
+    ) -> Result<(), ModelError> {
+        self.forward_kv(ws, cache, tokens, chunks, false, logits, pool)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn forward_kv(
+        &self,
+        ws: &mut Workspace,
+        cache: &mut KvCache,
+        tokens: &[u32],
+        chunks: &[Chunk],
+        all_logits: bool,
+        logits: &mut [f32],
+        pool: &dyn ThreadPool,
+    ) -> Result<(), ModelError> {
         let output = self.output.as_ref().ok_or_else(|| {
             ModelError::Input(format!(
                 "{} is an embedding model: it has no LM head to generate with",
@@ -391,15 +429,12 @@ impl Model {
             ))
         })?;
         let t = tokens.len();
-        let p0 = cache.len;
-        if p0 + t > cache.n_ctx {
-            return Err(ModelError::ContextExceeded {
-                n_tokens: p0 + t,
-                n_ctx: cache.n_ctx,
-                at_least: false,
-            });
-        }
-        let n_out = if all_logits { t } else { t.min(1) };
+        check_chunks(cache, chunks, t)?;
+        let n_out = if all_logits {
+            t
+        } else {
+            chunks.iter().filter(|c| c.logits).count()
+        };
         if logits.len() != n_out * self.hp.n_vocab {
             return Err(ModelError::Input(format!(
                 "logits buffer holds {} values, want {}",
@@ -411,27 +446,77 @@ impl Model {
             return Ok(());
         }
         ws.ensure(&self.hp, t);
-        let Workspace { bufs, pos, .. } = ws;
-        for (i, p) in pos[..t].iter_mut().enumerate() {
-            *p = p0 + i;
+        let Workspace {
+            bufs, pos, kv_base, ..
+        } = ws;
+        let mut at = 0;
+        let mut rows_end = 0;
+        for c in chunks {
+            let (p0, base) = (cache.lens[c.seq], cache.base(c.seq));
+            for i in 0..c.len {
+                pos[at + i] = p0 + i;
+                kv_base[at + i] = base;
+            }
+            rows_end = rows_end.max(base + p0 + c.len);
+            at += c.len;
         }
         bufs.t = t;
         self.embed_tokens(bufs, tokens)?;
         self.rope_tables(bufs, &pos[..t], cache.n_ctx, pool);
+        let (pos, kv_base) = (&pos[..t], &kv_base[..t]);
         for il in 0..self.hp.n_layer {
             let window = self.hp.layer_window(il);
-            // Query `i` sits at cache row `p0 + i`.
+            // Query `i` sits at cache row `kv_base[i] + pos[i]`.
             let keys = move |i: usize| -> Range<usize> {
-                let (lo, hi) = window_range(window, p0 + i);
-                lo..hi.min(p0 + i + 1)
+                let (lo, hi) = window_range(window, pos[i]);
+                kv_base[i] + lo..kv_base[i] + hi.min(pos[i] + 1)
             };
-            self.layer(il, bufs, &pos[..t], Some(&mut *cache), &keys, pool)?;
+            let kv = KvWrite {
+                cache: &mut *cache,
+                chunks,
+                rows: rows_end,
+            };
+            self.layer(il, bufs, pos, Some(kv), &keys, pool)?;
         }
-        cache.len = p0 + t;
+        for c in chunks {
+            cache.lens[c.seq] += c.len;
+        }
         self.final_norm(bufs, pool);
         let d = self.hp.n_embd;
-        let first = t - n_out;
-        let x = &bufs.xn[first * d..t * d];
+        // The rows the LM head reads: every token's, or each flagged chunk's
+        // last, gathered unless they are already consecutive.
+        let x = if all_logits {
+            &bufs.xn[..t * d]
+        } else {
+            let mut ends = chunks
+                .iter()
+                .scan(0, |end, c| {
+                    *end += c.len;
+                    Some((*end - 1, c.logits))
+                })
+                .filter(|&(_, l)| l)
+                .map(|(e, _)| e);
+            let first = ends.next().unwrap_or(0);
+            let consecutive = ends.enumerate().all(|(k, e)| e == first + k + 1);
+            if consecutive {
+                &bufs.xn[first * d..(first + n_out) * d]
+            } else {
+                let mut k = 0;
+                let mut end = 0;
+                for c in chunks {
+                    end += c.len;
+                    if c.logits {
+                        let row = &bufs.xn[(end - 1) * d..end * d];
+                        bufs.o[k * d..(k + 1) * d].copy_from_slice(row);
+                        k += 1;
+                    }
+                }
+                &bufs.o[..n_out * d]
+            }
+        };
+        if n_out == 0 {
+            return Ok(());
+        }
         output.forward(self.store(), x, n_out, logits, &mut bufs.scratch, pool)?;
         if let Some(b) = &self.output_bias {
             logits
@@ -493,14 +578,14 @@ impl Model {
     }
 
     /// One block over the `b.t` tokens in `b.x`, in place. With a cache, the
-    /// batch's keys and values are appended at `pos` and attention reads the
-    /// cache; without, it reads the batch.
+    /// batch's keys and values are appended to their sequences and attention
+    /// reads the cache; without, it reads the batch.
     fn layer(
         &self,
         il: usize,
         b: &mut Buffers,
         pos: &[usize],
-        cache: Option<&mut KvCache>,
+        cache: Option<KvWrite<'_>>,
         keys: &(dyn Fn(usize) -> Range<usize> + Sync),
         pool: &dyn ThreadPool,
     ) -> Result<(), ModelError> {
@@ -515,10 +600,11 @@ impl Model {
         rows2(pool, t, &mut b.xn[..t * d], &mut [], &|i, o, _| {
             ops::rms_norm_weighted(&x[i * d..(i + 1) * d], &l.attn_norm, eps, o)
         });
-        if let (1, Some(c)) = (t, cache.as_deref()) {
+        if let (1, Some(kv)) = (t, &cache) {
             // Decoding: attention's reads are a few scattered KV rows, one DRAM
             // miss after another unless idle threads fetch them during Q/K/V.
-            pool.prefetch_hint(&c.spans(il, pos[0]));
+            let base = kv.cache.base(kv.chunks[0].seq);
+            pool.prefetch_hint(&kv.cache.spans(il, base..base + pos[0]));
         }
         let xn = &b.xn[..t * d];
         forward_many(
@@ -590,10 +676,15 @@ impl Model {
                 pool,
             )
             .map_err(kernel)?,
-            Some(c) => {
-                let n = pos[t - 1] + 1;
-                c.store(il, pos[0], &b.k[..t * kvd], &b.v[..t * kvd]);
-                let (k, v) = c.rows(il, n);
+            Some(kv) => {
+                let mut at = 0;
+                for ch in kv.chunks {
+                    let r = at * kvd..(at + ch.len) * kvd;
+                    let row = kv.cache.base(ch.seq) + pos[at];
+                    kv.cache.store(il, row, &b.k[r.clone()], &b.v[r]);
+                    at += ch.len;
+                }
+                let (k, v) = kv.cache.rows(il, kv.rows);
                 attention(&shape, q, k, v, keys, att, pool).map_err(kernel)?
             }
         }
@@ -655,6 +746,57 @@ impl Model {
             ops::add_in_place(x, o);
         });
     }
+}
+
+/// One sequence's tokens in a batched forward over a [`KvCache`]
+/// ([`Model::forward_batch`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chunk {
+    /// The cache sequence the tokens continue.
+    pub seq: usize,
+    /// How many consecutive tokens of the batch are this sequence's.
+    pub len: usize,
+    /// Whether the logits after its last token are wanted.
+    pub logits: bool,
+}
+
+/// Where a layer appends the batch's keys and values.
+struct KvWrite<'a> {
+    cache: &'a mut KvCache,
+    chunks: &'a [Chunk],
+    /// Cache rows attention reads (every chunk's end included).
+    rows: usize,
+}
+
+/// Refuses chunks that do not split `t` tokens, name a sequence the cache
+/// lacks or twice, or overflow a sequence's context.
+fn check_chunks(cache: &KvCache, chunks: &[Chunk], t: usize) -> Result<(), ModelError> {
+    let mut total = 0;
+    for (i, c) in chunks.iter().enumerate() {
+        if c.seq >= cache.n_seq() || chunks[..i].iter().any(|o| o.seq == c.seq) || c.len == 0 {
+            return Err(ModelError::Input(format!(
+                "chunk {i} (sequence {}, {} tokens) is empty, repeated or outside the cache's {} sequences",
+                c.seq,
+                c.len,
+                cache.n_seq()
+            )));
+        }
+        let n = cache.lens[c.seq] + c.len;
+        if n > cache.n_ctx {
+            return Err(ModelError::ContextExceeded {
+                n_tokens: n,
+                n_ctx: cache.n_ctx,
+                at_least: false,
+            });
+        }
+        total += c.len;
+    }
+    if total != t {
+        return Err(ModelError::Input(format!(
+            "chunks cover {total} tokens of a batch of {t}"
+        )));
+    }
+    Ok(())
 }
 
 /// The key window `[lo, hi)` around query position `i` before sequence bounds.
