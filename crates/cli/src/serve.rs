@@ -43,7 +43,8 @@ pub struct Args {
     /// Generation context per slot in tokens (default: the training context, at most 4096).
     #[arg(short = 'c', long)]
     ctx: Option<usize>,
-    /// Concurrent generations per generative model (each holds a KV cache of --ctx tokens).
+    /// Generations decoded together per generative model, in one forward
+    /// pass a token; the KV cache holds --parallel × --ctx positions.
     #[arg(long, default_value_t = 4)]
     parallel: usize,
     /// Requests that may wait per model; beyond, 503 with Retry-After.

@@ -72,7 +72,7 @@ pub struct ServeConfig {
     pub api_key: Option<String>,
     /// Generation context per slot (default: the training context, at most 4096).
     pub ctx: Option<usize>,
-    /// Generation slots per generative model (concurrent generations).
+    /// Generation slots per generative model: sequences decoded together.
     pub parallel: usize,
     /// Most texts one embedding batch takes.
     pub max_batch: usize,
@@ -80,7 +80,8 @@ pub struct ServeConfig {
     pub batch_window: Duration,
     /// Tokens per embedding forward pass (texts are packed whole).
     pub batch_tokens: usize,
-    /// Prompt tokens per generation forward pass.
+    /// Most tokens one generation forward pass takes: every active
+    /// sequence's next token, then prompt chunks up to this budget.
     pub prompt_batch: usize,
     /// Requests that may wait per model queue; beyond: 503 with `Retry-After`.
     pub max_queue: usize,
@@ -408,22 +409,31 @@ impl Server {
                     tok,
                     template,
                     n_ctx,
+                    slots: cfg.parallel.max(1),
                     kv: cfg.kv,
                     batch: cfg.prompt_batch.max(1),
                 });
                 let queue = Arc::new(JobQueue::default());
-                for i in 0..cfg.parallel {
-                    let (gm, q, t, m) = (
-                        gm.clone(),
-                        queue.clone(),
-                        turnstile.clone(),
-                        metrics.clone(),
-                    );
-                    threads.push(
-                        std::thread::Builder::new()
-                            .name(format!("gen-{name}-{i}"))
-                            .spawn(move || workers::gen_slot(gm, q, t, m))?,
-                    );
+                let (gm2, q, t, m) = (
+                    gm.clone(),
+                    queue.clone(),
+                    turnstile.clone(),
+                    metrics.clone(),
+                );
+                let (ready_tx, ready) = std::sync::mpsc::channel();
+                threads.push(
+                    std::thread::Builder::new()
+                        .name(format!("gen-{name}"))
+                        .spawn(move || workers::gen_worker(gm2, q, t, m, ready_tx))?,
+                );
+                match ready.recv() {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => return Err(model_err(e)),
+                    Err(_) => {
+                        return Err(model_err(lamina_model::ModelError::Input(
+                            "the generation worker stopped while starting".into(),
+                        )));
+                    }
                 }
                 generators.push(GenHandle {
                     name,

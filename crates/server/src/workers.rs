@@ -11,14 +11,15 @@
 //!   models' work interleaves with a large request. Between passes the texts
 //!   of a job whose client went away are dropped, and a job whose texts are
 //!   all done is answered at once.
-//! * A generative model has `parallel` slot threads, each owning a
-//!   [`Session`] (its KV cache, kept between requests for prefix reuse). A
-//!   slot takes the oldest waiting request; requests beyond the slots wait in
-//!   FIFO order. Active generations advance round-robin, one token per turn:
-//!   after each token a slot gives its turn back and queues for the next.
-//!   A prompt is evaluated in batches of `prompt_batch` tokens, one per turn.
-//!   A slot stops a generation as soon as its client's channel is closed
-//!   (the HTTP request was dropped: the client disconnected).
+//! * A generative model has one worker driving a [`Scheduler`] of
+//!   `parallel` slots (one KV cache of `parallel × n_ctx` positions). Each
+//!   step it admits waiting requests into free slots (FIFO; beyond the
+//!   slots they wait in the queue, beyond the queue they get 503), drops the
+//!   generations whose client went away, and runs one forward pass over
+//!   every active sequence's next token plus prompt chunks, under one turn
+//!   of the turnstile, so embeddings interleave step by step. A finished
+//!   generation frees its slot at once; its cached tokens stay for the next
+//!   request with the same prefix.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -27,8 +28,9 @@ use std::time::{Duration, Instant};
 
 use lamina_model::chat::ChatTemplate;
 use lamina_model::embed::{EmbedOptions, Embedder, Pair};
-use lamina_model::generate::{GenerateOptions, Session, StopReason};
-use lamina_model::sampling::{Sampler, SamplerParams};
+use lamina_model::generate::{GenerateOptions, StopReason};
+use lamina_model::sampling::SamplerParams;
+use lamina_model::scheduler::{Event, Refusal, Request, Scheduler, SchedulerOptions};
 use lamina_model::tokenizer::Tokenizer;
 use lamina_model::{KvType, Model, ModelError, ThreadPool};
 use tokio::sync::{mpsc, oneshot};
@@ -271,8 +273,12 @@ pub struct GenModel {
     pub model: Model,
     pub tok: Tokenizer,
     pub template: ChatTemplate,
+    /// Positions per sequence.
     pub n_ctx: usize,
+    /// Sequences generated at once (the KV budget is `slots × n_ctx`).
+    pub slots: usize,
     pub kv: KvType,
+    /// Most tokens one forward pass takes.
     pub batch: usize,
 }
 
@@ -297,125 +303,165 @@ pub struct GenJob {
     pub enqueued: Instant,
 }
 
-pub fn gen_slot(
+/// A request being generated: where its events go.
+struct Streaming {
+    tx: mpsc::UnboundedSender<GenEvent>,
+    enqueued: Instant,
+    first: bool,
+}
+
+/// The worker of a generative model: one [`Scheduler`] whose slots hold
+/// every running generation; see the module documentation. `ready` gets
+/// the scheduler's construction result before any job is taken.
+pub fn gen_worker(
     gm: Arc<GenModel>,
     queue: Arc<JobQueue<GenJob>>,
     turnstile: Arc<Turnstile>,
     metrics: Arc<Metrics>,
+    ready: std::sync::mpsc::Sender<Result<(), ModelError>>,
 ) {
-    let mut session = match Session::with_batch(&gm.model, &gm.tok, gm.n_ctx, gm.kv, gm.batch) {
-        Ok(s) => s,
+    let opts = SchedulerOptions {
+        slots: gm.slots,
+        n_ctx: gm.n_ctx,
+        kv: gm.kv,
+        budget: gm.batch,
+    };
+    let mut sched = match Scheduler::new(&gm.model, &gm.tok, opts) {
+        Ok(s) => {
+            let _ = ready.send(Ok(()));
+            s
+        }
         Err(e) => {
-            tracing::error!("a generation slot could not start: {e}");
+            let _ = ready.send(Err(e));
             return;
         }
     };
-    while let Some(job) = queue.pop() {
-        metrics.gen_queue.fetch_sub(1, Relaxed);
-        metrics.queue_wait.observe_duration(job.enqueued.elapsed());
-        if job.tx.is_closed() {
-            metrics.cancelled.fetch_add(1, Relaxed);
+    let mut running: Vec<Option<Streaming>> = (0..sched.n_slots()).map(|_| None).collect();
+    loop {
+        // Waiting requests take the free slots; an idle worker sleeps on the queue.
+        while sched.has_room() {
+            let job = if sched.active() == 0 {
+                queue.pop()
+            } else {
+                queue.try_pop()
+            };
+            let Some(job) = job else {
+                if sched.active() == 0 {
+                    return;
+                }
+                break;
+            };
+            metrics.gen_queue.fetch_sub(1, Relaxed);
+            metrics.queue_wait.observe_duration(job.enqueued.elapsed());
+            if job.tx.is_closed() {
+                metrics.cancelled.fetch_add(1, Relaxed);
+                continue;
+            }
+            let req = Request {
+                prompt: job.prompt,
+                sampler: job.sampler,
+                opts: job.opts,
+            };
+            match sched.admit(req) {
+                Ok(seq) => {
+                    metrics.gen_active.fetch_add(1, Relaxed);
+                    running[seq] = Some(Streaming {
+                        tx: job.tx,
+                        enqueued: job.enqueued,
+                        first: true,
+                    });
+                }
+                Err(Refusal::Invalid(e)) => {
+                    let _ = job.tx.send(GenEvent::Error(from_model(&e)));
+                }
+                Err(Refusal::Full(_)) => {
+                    // `has_room` said otherwise; answer rather than lose it.
+                    tracing::error!("the scheduler refused a request it had room for");
+                    let _ = job
+                        .tx
+                        .send(GenEvent::Error(ApiError::internal(crate::error::INTERNAL)));
+                }
+            }
+        }
+        // Clients that went away are not generated for any longer.
+        for (seq, r) in running.iter_mut().enumerate() {
+            if r.as_ref().is_some_and(|r| r.tx.is_closed()) {
+                sched.cancel(seq);
+                *r = None;
+                metrics.cancelled.fetch_add(1, Relaxed);
+                metrics.gen_active.fetch_sub(1, Relaxed);
+            }
+        }
+        if sched.active() == 0 {
             continue;
         }
-        metrics.gen_active.fetch_add(1, Relaxed);
-        let result = catch_unwind(AssertUnwindSafe(|| {
-            run_generation(&mut session, &gm, &job, &turnstile, &metrics)
-        }));
-        metrics.gen_active.fetch_sub(1, Relaxed);
+        let result = {
+            let _turn = turnstile.acquire();
+            catch_unwind(AssertUnwindSafe(|| {
+                sched.step(turnstile.pool(), &mut |ev| {
+                    on_event(ev, &mut running, &metrics)
+                })
+            }))
+        };
         if result.is_err() {
-            tracing::error!("a generation slot panicked; its request is answered with 500");
-            session.clear();
-            let _ = job.tx.send(GenEvent::Error(ApiError::internal(
-                "the generation failed inside the server",
-            )));
+            tracing::error!("the generation worker panicked; its requests are answered with 500");
+            sched.clear();
+            for r in running.iter_mut().filter_map(Option::take) {
+                metrics.gen_active.fetch_sub(1, Relaxed);
+                let _ = r.tx.send(GenEvent::Error(ApiError::internal(
+                    "the generation failed inside the server",
+                )));
+            }
         }
     }
 }
 
-fn run_generation(
-    session: &mut Session<'_>,
-    gm: &GenModel,
-    job: &GenJob,
-    turnstile: &Turnstile,
-    metrics: &Metrics,
-) {
-    let mut turn = Some(turnstile.acquire());
-    if job.tx.is_closed() {
-        metrics.cancelled.fetch_add(1, Relaxed);
-        return;
-    }
-    // The prompt goes through in batches, the turn given back between them,
-    // so a long prompt does not stall the other generations.
-    let prompt = &job.prompt[..];
-    let common = session
-        .tokens()
-        .iter()
-        .zip(prompt)
-        .take_while(|(a, b)| a == b)
-        .count()
-        .min(prompt.len().saturating_sub(1));
-    let mut end = (common + session.batch()).min(prompt.len());
-    let mut result = session.prefill(&prompt[..end], turnstile.pool()).map(drop);
-    while result.is_ok() && end < prompt.len() {
-        drop(turn.take());
-        turn = Some(turnstile.acquire());
-        if job.tx.is_closed() {
+/// Forwards one scheduler event to its client; `false` when the client is gone.
+fn on_event(ev: Event<'_>, running: &mut [Option<Streaming>], metrics: &Metrics) -> bool {
+    let seq = match ev {
+        Event::Token { seq, .. } | Event::Done { seq, .. } | Event::Failed { seq, .. } => seq,
+    };
+    let Some(r) = running.get_mut(seq).and_then(Option::as_mut) else {
+        return false;
+    };
+    match ev {
+        Event::Token { text, .. } => {
+            if r.first {
+                r.first = false;
+                metrics
+                    .time_to_first_token
+                    .observe_duration(r.enqueued.elapsed());
+            }
+            let sent = text.is_empty() || r.tx.send(GenEvent::Text(text.to_string())).is_ok();
+            if sent && !r.tx.is_closed() {
+                return true;
+            }
             metrics.cancelled.fetch_add(1, Relaxed);
-            return;
         }
-        let next = (end + session.batch()).min(prompt.len());
-        result = session.eval(&prompt[end..next], turnstile.pool());
-        end = next;
-    }
-    if let Err(e) = result {
-        // A failed forward may leave the cache in any state: start afresh.
-        session.clear();
-        let _ = job.tx.send(GenEvent::Error(from_model(&e)));
-        return;
-    }
-    metrics
-        .prompt_tokens
-        .fetch_add(job.prompt.len() as u64, Relaxed);
-    let mut sampler = Sampler::new(job.sampler.clone(), gm.model.hp.n_vocab);
-    let mut first = true;
-    let out = session.generate(&mut sampler, &job.opts, turnstile.pool(), &mut |piece| {
-        if first {
-            first = false;
+        Event::Done {
+            stop, text, usage, ..
+        } => {
+            if !text.is_empty() {
+                let _ = r.tx.send(GenEvent::Text(text.to_string()));
+            }
             metrics
-                .time_to_first_token
-                .observe_duration(job.enqueued.elapsed());
-        }
-        if job.tx.is_closed()
-            || (!piece.is_empty() && job.tx.send(GenEvent::Text(piece.to_string())).is_err())
-        {
-            return false;
-        }
-        // Round-robin: give the turn to whoever waits, then queue again.
-        drop(turn.take());
-        turn = Some(turnstile.acquire());
-        true
-    });
-    drop(turn);
-    match out {
-        Ok(g) if g.stop == StopReason::Cancelled => {
-            metrics.cancelled.fetch_add(1, Relaxed);
+                .prompt_tokens
+                .fetch_add(usage.prompt_tokens as u64, Relaxed);
             metrics
                 .completion_tokens
-                .fetch_add(g.ids.len() as u64, Relaxed);
-        }
-        Ok(g) => {
-            metrics
-                .completion_tokens
-                .fetch_add(g.ids.len() as u64, Relaxed);
-            let _ = job.tx.send(GenEvent::Done {
-                stop: g.stop,
-                prompt_tokens: job.prompt.len(),
-                completion_tokens: g.ids.len(),
+                .fetch_add(usage.completion_tokens as u64, Relaxed);
+            let _ = r.tx.send(GenEvent::Done {
+                stop,
+                prompt_tokens: usage.prompt_tokens,
+                completion_tokens: usage.completion_tokens,
             });
         }
-        Err(e) => {
-            session.clear();
-            let _ = job.tx.send(GenEvent::Error(from_model(&e)));
+        Event::Failed { error, .. } => {
+            tracing::warn!("a generation failed: {error}");
+            let _ = r.tx.send(GenEvent::Error(from_model(error)));
         }
     }
+    running[seq] = None;
+    metrics.gen_active.fetch_sub(1, Relaxed);
+    false
 }
