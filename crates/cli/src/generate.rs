@@ -15,6 +15,8 @@ use serde_json::json;
 use crate::embed::thread_pool;
 use crate::models;
 
+mod batch;
+
 /// The default context: the training context, at most this.
 pub const DEFAULT_CTX: usize = 4096;
 
@@ -215,12 +217,20 @@ pub fn tokens_per_s(n: usize, t: Duration) -> f64 {
 pub struct Args {
     #[command(flatten)]
     model: ModelArgs,
-    /// The prompt (else --file, else stdin).
+    /// The prompt (else --prompt-file, else stdin).
     #[arg(short, long)]
     prompt: Option<String>,
-    /// Read the prompt from a file.
-    #[arg(short, long)]
+    /// Read the prompt from a file (all of it, one prompt).
+    #[arg(long)]
+    prompt_file: Option<PathBuf>,
+    /// Batch mode: one prompt a line, generated together on the batch
+    /// scheduler, one JSON object a line out ({"line", "text", "ids",
+    /// "stop", token counts}) in the file's order.
+    #[arg(short, long, conflicts_with_all = ["prompt", "prompt_file"])]
     file: Option<PathBuf>,
+    /// Batch mode: prompts generated at once (each holds a KV cache of --ctx tokens).
+    #[arg(long, default_value_t = 8)]
+    parallel: usize,
     /// Tokens to generate (-1: until end of generation or a full context).
     #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true)]
     n_predict: i64,
@@ -255,8 +265,11 @@ fn read_prompt(prompt: Option<String>, file: Option<&PathBuf>) -> Result<String>
 }
 
 pub fn run(args: Args) -> Result<()> {
+    if let Some(file) = &args.file {
+        return batch::run(&args, file);
+    }
     let loaded = args.model.load()?;
-    let prompt = read_prompt(args.prompt, args.file.as_ref())?;
+    let prompt = read_prompt(args.prompt, args.prompt_file.as_ref())?;
     let ids = match loaded.tok.encode_within(&prompt, true, true, loaded.n_ctx) {
         Err(ModelError::ContextExceeded {
             n_tokens, at_least, ..
