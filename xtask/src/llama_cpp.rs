@@ -33,6 +33,7 @@ pub(crate) const TARGETS: &[&str] = &[
     "llama-tokenize",
     "llama-simple",
     "llama-cli",
+    "llama-server",
 ];
 const CMAKE_FLAGS: &[&str] = &[
     "-DCMAKE_BUILD_TYPE=Release",
@@ -54,7 +55,7 @@ fn cache_dir() -> PathBuf {
     target_dir().join("llama.cpp")
 }
 
-fn cached_bin_dir() -> PathBuf {
+pub(crate) fn cached_bin_dir() -> PathBuf {
     cache_dir().join("build/bin")
 }
 

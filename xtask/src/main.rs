@@ -30,6 +30,7 @@ mod llama_cpp;
 mod models;
 mod profile;
 mod serve;
+mod serve_gen;
 mod synth;
 mod tidy;
 mod validate;

@@ -14,7 +14,7 @@ use serde_json::json;
 
 use crate::{lamina_bin, models, target_dir};
 
-/// The models the client test and the benchmark serve (first present wins).
+/// The models the client test and the embedding benchmark serve (first present wins).
 const EMBED_MODELS: &[&str] = &["embeddinggemma-300m-Q8_0.gguf"];
 const CHAT_MODELS: &[&str] = &[
     "SmolLM2-135M-Instruct-Q8_0.gguf",
@@ -25,7 +25,7 @@ fn find_model(dir: &Path, names: &[&str]) -> Option<PathBuf> {
     names.iter().map(|n| dir.join(n)).find(|p| p.is_file())
 }
 
-fn stem(p: &Path) -> String {
+pub(crate) fn stem(p: &Path) -> String {
     p.file_name()
         .map(|n| n.to_string_lossy().trim_end_matches(".gguf").to_string())
         .unwrap_or_default()
@@ -196,12 +196,12 @@ pub(crate) fn openai_client_test(require_models: bool) -> Result<()> {
 // ---------------------------------------------------------------------------
 // A small keep-alive HTTP/1.1 client for the load test.
 
-struct Conn {
+pub(crate) struct Conn {
     r: BufReader<TcpStream>,
 }
 
 impl Conn {
-    fn connect(addr: SocketAddr) -> Result<Conn> {
+    pub(crate) fn connect(addr: SocketAddr) -> Result<Conn> {
         let s = TcpStream::connect(addr)?;
         s.set_nodelay(true)?;
         s.set_read_timeout(Some(Duration::from_secs(300)))?;
@@ -210,7 +210,7 @@ impl Conn {
         })
     }
 
-    fn send(&mut self, path: &str, body: &[u8]) -> Result<()> {
+    pub(crate) fn send(&mut self, path: &str, body: &[u8]) -> Result<()> {
         let head = format!(
             "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
             body.len()
@@ -222,7 +222,7 @@ impl Conn {
     }
 
     /// The status and whether the body is chunked (else its length).
-    fn head(&mut self) -> Result<(u16, Option<usize>)> {
+    pub(crate) fn head(&mut self) -> Result<(u16, Option<usize>)> {
         let mut line = String::new();
         self.r.read_line(&mut line)?;
         let status: u16 = line
@@ -251,7 +251,7 @@ impl Conn {
     }
 
     /// Reads a body, calling `on` with each piece as it arrives.
-    fn body(&mut self, len: Option<usize>, on: &mut dyn FnMut(&[u8])) -> Result<()> {
+    pub(crate) fn body(&mut self, len: Option<usize>, on: &mut dyn FnMut(&[u8])) -> Result<()> {
         if let Some(n) = len {
             let mut buf = vec![0; n];
             self.r.read_exact(&mut buf)?;
@@ -279,18 +279,35 @@ impl Conn {
 
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct ServeArgs {
-    /// Seconds each workload runs.
-    #[arg(long, default_value_t = 60)]
+    /// Seconds each workload (each client count on each server) runs.
+    #[arg(long, default_value_t = 30)]
     pub secs: u64,
-    /// Concurrent clients.
+    /// Concurrent embedding clients.
     #[arg(long, default_value_t = 8)]
     pub clients: usize,
     /// Texts per embeddings request.
     #[arg(long, default_value_t = 1)]
     pub inputs: usize,
-    /// Tokens per streamed chat reply.
-    #[arg(long, default_value_t = 32)]
+    /// Tokens per streamed completion.
+    #[arg(long, default_value_t = 128)]
     pub max_tokens: usize,
+    /// Concurrent streaming clients of the generation phases, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,8")]
+    pub gen_clients: Vec<usize>,
+    /// Generative models served, comma-separated: files, names in the models
+    /// directory, or `synth:SHAPE` (a random-weight Q4_K_M file of a real shape).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "SmolLM2-135M-Instruct-Q8_0.gguf,gemma-3-270m-Q4_K_M.gguf,synth:Llama-3.2-1B"
+    )]
+    pub gen_models: Vec<String>,
+    /// Leave out llama-server (`cargo xtask llama-cpp` builds it).
+    #[arg(long)]
+    pub no_llama: bool,
+    /// Only the generation phases.
+    #[arg(long)]
+    pub gen_only: bool,
 }
 
 struct Outcome {
@@ -363,7 +380,7 @@ fn load(
     out
 }
 
-fn percentile(v: &mut [f64], p: f64) -> f64 {
+pub(crate) fn percentile(v: &mut [f64], p: f64) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
@@ -372,7 +389,7 @@ fn percentile(v: &mut [f64], p: f64) -> f64 {
 }
 
 /// RSS, as "TOTAL MiB (ANON anon)": the file-backed rest is the mapped model.
-fn rss(pid: u32) -> String {
+pub(crate) fn rss(pid: u32) -> String {
     match crate::bench::read_status(pid) {
         Some(m) => format!(
             "{:.0} MiB ({:.0} anon)",
@@ -385,9 +402,59 @@ fn rss(pid: u32) -> String {
 
 pub(crate) fn bench(a: &ServeArgs, threads: usize, model: Option<&str>) -> Result<()> {
     ensure!(
-        a.secs >= 1 && a.clients >= 1 && a.inputs >= 1,
-        "--secs, --clients, --inputs must be at least 1"
+        a.secs >= 1 && a.clients >= 1 && a.inputs >= 1 && a.max_tokens >= 1,
+        "--secs, --clients, --inputs and --max-tokens must be at least 1"
     );
+    ensure!(
+        !a.gen_clients.is_empty() && a.gen_clients.iter().all(|&c| c >= 1),
+        "--gen-clients needs counts of at least 1"
+    );
+    let lamina = lamina_bin()?;
+    // Every model is found (or written) before anything is measured.
+    let gen_models = a
+        .gen_models
+        .iter()
+        .map(|m| match m.strip_prefix("synth:") {
+            Some(shape) => crate::synth::ensure(
+                crate::synth::find(shape)?,
+                crate::synth::SynthType::Q4KM,
+                crate::synth::DEFAULT_SEED,
+            ),
+            None => crate::bench::resolve_model(m),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let llama_server = if a.no_llama {
+        None
+    } else {
+        let bin = crate::llama_cpp::cached_bin_dir().join("llama-server");
+        ensure!(
+            bin.is_file(),
+            "{} is missing: run `cargo xtask llama-cpp`, or pass --no-llama",
+            bin.display()
+        );
+        Some(bin)
+    };
+    if !a.gen_only {
+        bench_embeddings(a, threads, model, &lamina)?;
+    }
+    crate::serve_gen::compare(
+        &lamina,
+        llama_server.as_deref(),
+        &gen_models,
+        &a.gen_clients,
+        a.secs,
+        a.max_tokens,
+        threads,
+    )
+}
+
+/// `/v1/embeddings` under `--clients` clients, against the in-process batch figure.
+fn bench_embeddings(
+    a: &ServeArgs,
+    threads: usize,
+    model: Option<&str>,
+    lamina: &Path,
+) -> Result<()> {
     let dir = models::default_dir()?;
     let embed = match model {
         Some(m) => crate::bench::resolve_model(m)?,
@@ -395,18 +462,11 @@ pub(crate) fn bench(a: &ServeArgs, threads: usize, model: Option<&str>) -> Resul
             find_model(&dir, EMBED_MODELS).map_or_else(crate::bench::default_embed_model, Ok)?
         }
     };
-    let chat = find_model(&dir, CHAT_MODELS).with_context(|| {
-        format!(
-            "none of {CHAT_MODELS:?} in {} (`cargo xtask models`)",
-            dir.display()
-        )
-    })?;
-    let lamina = lamina_bin()?;
     let t = threads.to_string();
 
     // The in-process reference: `lamina bench embed` on a batch of 96 texts.
     eprintln!("bench serve: in-process batch throughput (lamina bench embed --batch 96)");
-    let out = Command::new(&lamina)
+    let out = Command::new(lamina)
         .args([
             "bench", "embed", "--json", "--batch", "96", "--runs", "5", "-t", &t, "-m",
         ])
@@ -427,16 +487,12 @@ pub(crate) fn bench(a: &ServeArgs, threads: usize, model: Option<&str>) -> Resul
     let isa = v["isa"].as_str().unwrap_or("?").to_string();
 
     let server = ServerProcess::start(
-        &lamina,
+        lamina,
         &[
             "-m".into(),
             embed.display().to_string(),
-            "-m".into(),
-            chat.display().to_string(),
             "-t".into(),
             t.clone(),
-            "--ctx".into(),
-            "1024".into(),
             "--max-queue".into(),
             (a.clients * 4).max(128).to_string(),
         ],
@@ -446,9 +502,8 @@ pub(crate) fn bench(a: &ServeArgs, threads: usize, model: Option<&str>) -> Resul
     let rss_start = rss(pid);
     let texts = crate::bench::batch_texts(crate::bench::SHORT_TEXT, 96);
     let embed_name = stem(&embed);
-    let chat_name = stem(&chat);
 
-    // Embeddings: each request carries --inputs of the 96 texts.
+    // Each request carries --inputs of the 96 texts.
     let bodies: Vec<Vec<u8>> = (0..96)
         .map(|i| {
             let input: Vec<&String> = (0..a.inputs).map(|j| &texts[(i + j) % 96]).collect();
@@ -474,70 +529,16 @@ pub(crate) fn bench(a: &ServeArgs, threads: usize, model: Option<&str>) -> Resul
         );
         Ok((0.0, 0))
     });
-    let rss_mid = rss(pid);
-
-    // Streamed chat.
-    let questions = [
-        "Tell me about the sea.",
-        "What is a prime number?",
-        "Describe a forest in autumn.",
-        "How do airplanes fly?",
-    ];
-    let chat_bodies: Vec<Vec<u8>> = questions
-        .iter()
-        .map(|q| {
-            json!({"model": chat_name, "messages": [{"role": "user", "content": q}],
-                   "max_tokens": a.max_tokens, "stream": true,
-                   "stream_options": {"include_usage": true}})
-            .to_string()
-            .into_bytes()
-        })
-        .collect();
-    let chat_bodies: &'static [Vec<u8>] = Box::leak(chat_bodies.into_boxed_slice());
-    eprintln!(
-        "bench serve: streamed /v1/chat/completions, {} clients × {} s, max_tokens {}",
-        a.clients, a.secs, a.max_tokens
-    );
-    let chat_out = load(addr, a.clients, a.secs, move |c, k| {
-        let t0 = Instant::now();
-        c.send("/v1/chat/completions", &chat_bodies[k % chat_bodies.len()])?;
-        let (status, len) = c.head()?;
-        let mut ttft = None;
-        let mut text = Vec::new();
-        c.body(len, &mut |b| {
-            if ttft.is_none() && b.windows(12).any(|w| w == b"{\"content\":\"") {
-                ttft = Some(t0.elapsed().as_secs_f64());
-            }
-            text.extend_from_slice(b);
-        })?;
-        let text = String::from_utf8_lossy(&text);
-        ensure!(status == 200, "status {status}: {text}");
-        ensure!(text.contains("data: [DONE]"), "no [DONE]: {text}");
-        let tokens = text
-            .rsplit("\"completion_tokens\":")
-            .next()
-            .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        Ok((ttft.unwrap_or(f64::NAN), tokens))
-    });
     let rss_end = rss(pid);
     drop(server);
 
-    // The table.
     let mut lat: Vec<f64> = emb.samples.iter().map(|s| s.0 * 1e3).collect();
     let n_emb = emb.samples.len();
     let emb_rps = n_emb as f64 / emb.wall;
     let emb_tps = emb_rps * a.inputs as f64;
     let (e50, e99) = (percentile(&mut lat, 0.5), percentile(&mut lat, 0.99));
-    let mut glat: Vec<f64> = chat_out.samples.iter().map(|s| s.0 * 1e3).collect();
-    let mut gttft: Vec<f64> = chat_out.samples.iter().map(|s| s.1 * 1e3).collect();
-    let gtokens: usize = chat_out.samples.iter().map(|s| s.2).sum();
-    let n_gen = chat_out.samples.len();
-    let (g50, g99) = (percentile(&mut glat, 0.5), percentile(&mut glat, 0.99));
-    let (t50, t99) = (percentile(&mut gttft, 0.5), percentile(&mut gttft, 0.99));
     println!(
-        "\n### lamina serve: {} clients, {} s per workload, {threads} threads, {isa}\n",
+        "\n### lamina serve: /v1/embeddings, {} clients, {} s, {threads} threads, {isa}\n",
         a.clients, a.secs
     );
     println!(
@@ -549,24 +550,13 @@ pub(crate) fn bench(a: &ServeArgs, threads: usize, model: Option<&str>) -> Resul
         a.inputs, emb.errors
     );
     println!(
-        "| streamed chat ({chat_name}, {} tokens) | {n_gen} | {:.2} | {:.1} tokens/s | {g50:.0} ms (first token {t50:.0} ms) | {g99:.0} ms (first token {t99:.0} ms) | {} |",
-        a.max_tokens,
-        n_gen as f64 / chat_out.wall,
-        gtokens as f64 / chat_out.wall,
-        chat_out.errors
-    );
-    println!(
         "\nIn-process batch throughput (`lamina bench embed --batch 96`): {in_process:.1} texts/s; \
          through the server: {emb_tps:.1} texts/s = {:.0}%.",
         100.0 * emb_tps / in_process
     );
-    println!(
-        "Server RSS: {rss_start} at start, {rss_mid} after the embeddings, {rss_end} at the end."
-    );
-    for (what, o) in [("embeddings", &emb), ("chat", &chat_out)] {
-        if let Some(e) = &o.first_error {
-            println!("First {what} error: {e}");
-        }
+    println!("Server RSS: {rss_start} at start, {rss_end} at the end.");
+    if let Some(e) = &emb.first_error {
+        println!("First embeddings error: {e}");
     }
     Ok(())
 }
