@@ -10,8 +10,10 @@
 //! sequence frees its slot at once but leaves its keys and values there: a
 //! new request takes the free slot whose cached tokens share the longest
 //! prefix with its prompt, and where another slot (busy or free) shares a
-//! longer one, that slot's rows are copied instead of recomputed, so a
-//! system prompt common to many requests is evaluated once.
+//! longer one, that slot's rows are copied instead of recomputed. A prompt
+//! admitted while another that shares a longer prefix is still going in
+//! waits for those rows and copies them. So a system prompt common to many
+//! requests is evaluated once, even when they arrive together.
 //!
 //! Sampling is per sequence, with its own parameters. A sequence's tokens and
 //! logits are the same bits alone or in any batch (the kernels are
@@ -24,6 +26,9 @@ use crate::generate::{Decoder, GenerateOptions, StopReason};
 use crate::sampling::{Sampler, SamplerParams};
 use crate::tokenizer::Tokenizer;
 use crate::transformer::{Chunk, KvCache, KvType, Model, Workspace};
+
+/// A prompt waits for another one going in only to save this many tokens.
+const WAIT_MIN_TOKENS: usize = 16;
 
 /// A generation to run: its prompt, sampling and limits.
 #[derive(Clone, Debug)]
@@ -104,6 +109,9 @@ struct Run {
     opts: GenerateOptions,
     /// The sampled token to feed next (`None` while the prompt goes in).
     next: Option<u32>,
+    /// A slot whose prompt, still going in, shares this many first tokens
+    /// with this one: this prompt waits for them and copies them.
+    wait: Option<(usize, usize)>,
 }
 
 /// Generations sharing one model, one KV cache and one forward pass per step.
@@ -254,6 +262,17 @@ impl<'m> Scheduler<'m> {
             reused = n;
         }
         self.cache.truncate_seq(s, reused);
+        // A prompt going in now that shares a longer prefix (requests that
+        // arrive together with one system prompt): wait for it and copy.
+        let wait = (0..self.slots.len())
+            .filter(|&i| i != s)
+            .filter_map(|i| {
+                let run = self.slots[i].run.as_ref().filter(|r| r.next.is_none())?;
+                Some((common(&run.prompt), i))
+            })
+            .max()
+            .filter(|&(n, _)| n >= reused + WAIT_MIN_TOKENS)
+            .map(|(n, i)| (i, n));
         self.clock += 1;
         let n_vocab = self.model.hp.n_vocab;
         let n_ctx = self.n_ctx();
@@ -271,6 +290,7 @@ impl<'m> Scheduler<'m> {
             sampler,
             opts: req.opts,
             next: None,
+            wait,
         });
         Ok(s)
     }
@@ -291,6 +311,40 @@ impl<'m> Scheduler<'m> {
             slot.tokens.clear();
             self.cache.truncate_seq(i, 0);
         }
+    }
+
+    /// Whether slot `s`'s prompt may go in now: it waits for no other
+    /// prompt, or the one it waits for has the shared prefix in its cache
+    /// rows (then they are copied) or went away (then it is computed).
+    fn shared_prefix_ready(&mut self, s: usize) -> bool {
+        let Some((d, n)) = self.slots[s].run.as_ref().and_then(|r| r.wait) else {
+            return true;
+        };
+        let same = |a: &[u32], b: &[u32]| a.len() >= n && b.len() >= n && a[..n] == b[..n];
+        let (donor, me) = (&self.slots[d], &self.slots[s]);
+        let mine = me.run.as_ref().map_or(&[][..], |r| &r.prompt[..]);
+        if same(&donor.tokens, mine) {
+            self.cache.copy_prefix(d, s, n);
+            let slot = &mut self.slots[s];
+            if let Some(run) = slot.run.as_mut() {
+                slot.tokens.clear();
+                slot.tokens.extend_from_slice(&run.prompt[..n]);
+                run.reused = n;
+                run.wait = None;
+            }
+            return true;
+        }
+        let pending = donor
+            .run
+            .as_ref()
+            .is_some_and(|r| r.next.is_none() && same(&r.prompt, mine));
+        if pending {
+            return false;
+        }
+        if let Some(run) = self.slots[s].run.as_mut() {
+            run.wait = None;
+        }
+        true
     }
 
     /// Runs one forward pass: every decoding sequence's next token, then
@@ -318,10 +372,14 @@ impl<'m> Scheduler<'m> {
         );
         let slots = &self.slots;
         self.order.sort_unstable_by_key(|&s| slots[s].admitted);
-        for &s in &self.order {
+        for i in 0..self.order.len() {
+            let s = self.order[i];
             let room = self.budget.saturating_sub(self.batch.len());
             if room == 0 {
                 break;
+            }
+            if !self.shared_prefix_ready(s) {
+                continue;
             }
             let slot = &self.slots[s];
             let Some(run) = &slot.run else { continue };
