@@ -769,6 +769,58 @@ fn concurrent_generations_advance_together() {
     assert!(read_until(&mut b, "[DONE]").contains("[DONE]"));
 }
 
+/// Eight clients at once get the texts each prompt gets alone (greedy and
+/// seeded sampling): their tokens are decoded in shared forward passes
+/// whose results do not depend on what else is in them.
+#[test]
+fn concurrent_completions_match_each_alone() {
+    let Some(path) = gen_model() else { return };
+    let server = start(ServeConfig {
+        models: vec![path],
+        ctx: Some(256),
+        parallel: 8,
+        ..Default::default()
+    });
+    let addr = server.addr;
+    let bodies: Vec<Value> = (0..8)
+        .map(|i| {
+            let mut b = json!({
+                "prompt": format!("Story {i}: once upon a time, a {} lived by the sea.",
+                                  ["cat", "king", "robot", "whale"][i % 4]),
+                "max_tokens": 24, "ignore_eos": true,
+            });
+            if i % 2 == 0 {
+                b["temperature"] = json!(0);
+            } else {
+                b["temperature"] = json!(0.9);
+                b["seed"] = json!(i);
+            }
+            b
+        })
+        .collect();
+    let text = |r: Resp| -> String {
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["choices"][0]["text"].as_str().unwrap().to_string()
+    };
+    let alone: Vec<String> = bodies
+        .iter()
+        .map(|b| text(post(addr, "/v1/completions", b)))
+        .collect();
+    let together: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = bodies
+            .iter()
+            .map(|b| s.spawn(move || post(addr, "/v1/completions", b)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| text(h.join().unwrap()))
+            .collect()
+    });
+    for (i, (a, t)) in alone.iter().zip(&together).enumerate() {
+        assert_eq!(a, t, "request {i}: alone and among eight differ");
+    }
+}
+
 #[test]
 fn gemma_chat_template_errors_are_400() {
     let Some(path) = model(&["gemma-3-270m-Q8_0.gguf"]) else {
