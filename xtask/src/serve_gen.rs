@@ -241,6 +241,37 @@ struct Run {
     rss: (String, String),
 }
 
+/// The phases one server goes through.
+struct Load<'a> {
+    name: &'a str,
+    clients: &'a [usize],
+    secs: u64,
+    max_tokens: usize,
+}
+
+impl Load<'_> {
+    /// Every phase against the server at `addr` (process `pid`).
+    fn run(&self, server: &'static str, addr: SocketAddr, pid: u32) -> Run {
+        let rss0 = rss(pid);
+        let phases = self
+            .clients
+            .iter()
+            .map(|&c| {
+                eprintln!(
+                    "bench serve: {}: {server}, {c} clients × {} s",
+                    self.name, self.secs
+                );
+                phase(addr, self.name, c, self.secs, self.max_tokens)
+            })
+            .collect();
+        Run {
+            server,
+            phases,
+            rss: (rss0, rss(pid)),
+        }
+    }
+}
+
 /// The side-by-side generation benchmark; prints its table.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn compare(
@@ -274,32 +305,23 @@ pub(crate) fn compare(
                     "256".into(),
                 ],
             )?;
-            let rss0 = rss(server.pid());
-            let mut phases = Vec::new();
-            for &c in clients {
-                eprintln!("bench serve: {name}: lamina serve, {c} clients × {secs} s");
-                phases.push(phase(server.addr, &name, c, secs, max_tokens));
-            }
-            runs.push(Run {
-                server: "lamina serve",
-                phases,
-                rss: (rss0, rss(server.pid())),
-            });
+            let load = Load {
+                name: &name,
+                clients,
+                secs,
+                max_tokens,
+            };
+            runs.push(load.run("lamina serve", server.addr, server.pid()));
         }
         if let Some(bin) = llama_server {
             let server = LlamaServer::start(bin, model, threads, slots)?;
-            let pid = server.child.id();
-            let rss0 = rss(pid);
-            let mut phases = Vec::new();
-            for &c in clients {
-                eprintln!("bench serve: {name}: llama-server, {c} clients × {secs} s");
-                phases.push(phase(server.addr, &name, c, secs, max_tokens));
-            }
-            runs.push(Run {
-                server: "llama-server",
-                phases,
-                rss: (rss0, rss(pid)),
-            });
+            let load = Load {
+                name: &name,
+                clients,
+                secs,
+                max_tokens,
+            };
+            runs.push(load.run("llama-server", server.addr, server.child.id()));
         }
         print_model(&name, tg, &runs, secs, max_tokens, threads, slots);
     }
