@@ -117,7 +117,7 @@ pub enum ModelError {
     /// A session whose KV cache and buffers need more memory than there is.
     #[error(
         "a context of {n_ctx} tokens needs {:.1} GiB for its KV cache and buffers, more than the {:.1} GiB \
-         this machine has: lower --ctx",
+         this machine has: lower --ctx (or --parallel, whose sequences share the cache)",
         gib(*need),
         gib(*limit)
     )]

@@ -60,6 +60,23 @@ pub fn check_session(
     check_against(hp, n_ctx, kv, batch, machine_bytes())
 }
 
+/// Refuses a batch scheduler that cannot fit: the KV cache of all
+/// `slots × n_ctx` positions, the workspace of `budget` tokens, and a row of
+/// logits per slot.
+pub fn check_scheduler(
+    hp: &HParams,
+    n_ctx: usize,
+    slots: usize,
+    kv: KvType,
+    budget: usize,
+) -> Result<(), ModelError> {
+    // A saturated product needs more than any machine has: refused below.
+    let total = n_ctx.saturating_mul(slots);
+    let logits = (slots as u128) * (hp.n_vocab as u128) * 4;
+    let need = session_bytes(hp, total, kv, budget).and_then(|b| b.checked_add(logits));
+    refuse_over(total, need, machine_bytes())
+}
+
 fn check_against(
     hp: &HParams,
     n_ctx: usize,
@@ -67,7 +84,13 @@ fn check_against(
     batch: usize,
     limit: Option<u128>,
 ) -> Result<(), ModelError> {
-    let need = session_bytes(hp, n_ctx, kv, batch).unwrap_or(u128::MAX);
+    refuse_over(n_ctx, session_bytes(hp, n_ctx, kv, batch), limit)
+}
+
+/// `ContextTooLarge` when `need` (`None`: past 128 bits) exceeds `limit`
+/// (`None`: unknown) or what `usize` addresses.
+fn refuse_over(n_ctx: usize, need: Option<u128>, limit: Option<u128>) -> Result<(), ModelError> {
+    let need = need.unwrap_or(u128::MAX);
     let addressable = u128::from(isize::MAX as u64);
     let limit = limit.unwrap_or(addressable).min(addressable);
     if need > limit {

@@ -160,15 +160,7 @@ impl<'m> Scheduler<'m> {
         }
         model.check_tokenizer(tok)?;
         let budget = o.budget.max(o.slots);
-        let total = o
-            .n_ctx
-            .checked_mul(o.slots)
-            .ok_or(ModelError::ContextTooLarge {
-                n_ctx: o.n_ctx,
-                need: u128::MAX,
-                limit: isize::MAX as u128,
-            })?;
-        crate::mem::check_session(&model.hp, total, o.kv, budget)?;
+        crate::mem::check_scheduler(&model.hp, o.n_ctx, o.slots, o.kv, budget)?;
         let n_vocab = model.hp.n_vocab;
         Ok(Scheduler {
             model,

@@ -205,4 +205,3 @@ fn a_batched_decode_step_does_not_allocate() {
         });
     }
 }
-

@@ -152,6 +152,35 @@ fn huge_contexts_are_refused_before_allocating() {
             assert!(err.to_string().contains("lower --ctx"), "{err}");
         }
     }
+    // A batch scheduler counts every slot's positions and logits: many small
+    // slots are refused as one huge context is.
+    use lamina_model::scheduler::{Scheduler, SchedulerOptions};
+    for (n_ctx, slots, budget) in [
+        (1, 1usize << 40, 1),
+        (1 << 30, 1 << 30, 512),
+        (usize::MAX, 2, 512),
+        (64, 4, usize::MAX),
+    ] {
+        let o = SchedulerOptions {
+            slots,
+            n_ctx,
+            kv: KvType::F16,
+            budget,
+        };
+        let err = Scheduler::new(&model, &tok, o).unwrap_err();
+        assert!(
+            matches!(err, ModelError::ContextTooLarge { .. })
+                && err.to_string().contains("--parallel"),
+            "{slots} slots of {n_ctx}: {err}"
+        );
+    }
+    let o = SchedulerOptions {
+        slots: 4,
+        n_ctx: 64,
+        kv: KvType::F16,
+        budget: 64,
+    };
+    assert!(Scheduler::new(&model, &tok, o).is_ok());
     // A context this file's sizes make small still works.
     assert!(Session::new(&model, &tok, 4096, KvType::F16).is_ok());
     let need = lamina_model::mem::session_bytes(&model.hp, 4096, KvType::F16, 512).unwrap();
