@@ -96,10 +96,10 @@ impl<T> JobQueue<T> {
 }
 
 /// A ticket lock: threads get their turn in the order they asked for it.
-/// Every forward pass (an embedding batch, a prompt, one generated token)
-/// runs while holding a turn, so passes never compete for the compute pool,
-/// and a generation that gives its turn back after each token and asks again
-/// goes to the back of the line: active generations advance round-robin.
+/// Every forward pass (an embedding batch, a generation step) runs while
+/// holding a turn, so passes never compete for the compute pool, and a
+/// worker that gives its turn back after each pass and asks again goes to
+/// the back of the line: the models' workers take turns pass by pass.
 /// The turnstile owns that pool.
 pub struct Turnstile {
     /// (next ticket to hand out, ticket being served)
