@@ -220,13 +220,13 @@ pub struct Args {
     /// The prompt (else --prompt-file, else stdin).
     #[arg(short, long)]
     prompt: Option<String>,
-    /// Read the prompt from a file (all of it, one prompt).
-    #[arg(long)]
+    /// Read the prompt from a file (all of it, one prompt; llama.cpp's `-f`).
+    #[arg(short = 'f', long)]
     prompt_file: Option<PathBuf>,
     /// Batch mode: one prompt a line, generated together on the batch
     /// scheduler, one JSON object a line out ({"line", "text", "ids",
     /// "stop", token counts}) in the file's order.
-    #[arg(short, long, conflicts_with_all = ["prompt", "prompt_file"])]
+    #[arg(long, conflicts_with_all = ["prompt", "prompt_file"])]
     file: Option<PathBuf>,
     /// Batch mode: prompts generated at once (each holds a KV cache of --ctx tokens).
     #[arg(long, default_value_t = 8)]

@@ -35,7 +35,7 @@ fn a_file_of_prompts_gives_each_prompt_its_own_answer_in_order() {
         "generate",
         "-m",
         m,
-        "-f",
+        "--file",
         file.to_str().unwrap(),
         "--parallel",
         "3",
@@ -66,6 +66,26 @@ fn a_file_of_prompts_gives_each_prompt_its_own_answer_in_order() {
     }
 }
 
+/// `-f` stays llama.cpp's: the whole file is one prompt.
+#[test]
+fn dash_f_reads_one_prompt_from_a_file() {
+    let Some(m) = model(MODEL) else { return };
+    let m = m.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("prompt.txt");
+    let text = "The capital of France is\nThe capital of Spain is";
+    std::fs::write(&file, text).unwrap();
+    let flags = ["-n", "4", "--temp", "0", "--json", "-t", "2"];
+    let mut args = vec!["generate", "-m", m, "-f", file.to_str().unwrap()];
+    args.extend(flags);
+    let from_file: Value = serde_json::from_str(ok(&lamina(&args, b"")).trim()).unwrap();
+    let mut args = vec!["generate", "-m", m, "-p", text];
+    args.extend(flags);
+    let from_arg: Value = serde_json::from_str(ok(&lamina(&args, b"")).trim()).unwrap();
+    assert_eq!(from_file["prompt_ids"], from_arg["prompt_ids"]);
+    assert_eq!(from_file["ids"], from_arg["ids"]);
+}
+
 #[test]
 fn bad_prompt_files_are_refused_clearly() {
     let Some(m) = model(MODEL) else { return };
@@ -74,12 +94,12 @@ fn bad_prompt_files_are_refused_clearly() {
     let blank = dir.path().join("blank.txt");
     std::fs::write(&blank, "\n  \n").unwrap();
     let e = err(&lamina(
-        &["generate", "-m", m, "-f", blank.to_str().unwrap()],
+        &["generate", "-m", m, "--file", blank.to_str().unwrap()],
         b"",
     ));
     assert!(e.contains("holds no prompts"), "{e}");
     let e = err(&lamina(
-        &["generate", "-m", m, "-f", "/no/such/prompts.txt"],
+        &["generate", "-m", m, "--file", "/no/such/prompts.txt"],
         b"",
     ));
     assert!(e.contains("/no/such/prompts.txt"), "{e}");
@@ -92,7 +112,7 @@ fn bad_prompt_files_are_refused_clearly() {
             "generate",
             "-m",
             m,
-            "-f",
+            "--file",
             long.to_str().unwrap(),
             "-c",
             "64",
