@@ -48,7 +48,9 @@ fn one(c: &mut Conn, body: &[u8]) -> Result<Stream> {
     let mut usage = None;
     let mut body_text = Vec::new();
     c.body(len, &mut |b| {
-        body_text.extend_from_slice(&b[..b.len().min(4096 - body_text.len().min(4096))]);
+        // The start of the body, for the error message.
+        let room = 4096usize.saturating_sub(body_text.len());
+        body_text.extend_from_slice(&b[..b.len().min(room)]);
         for &byte in b {
             if byte != b'\n' {
                 line.push(byte);

@@ -365,7 +365,7 @@ impl Decoder {
         tok: &Tokenizer,
         opts: &GenerateOptions,
     ) -> Result<(u32, &str), StopReason> {
-        if opts.max_tokens.is_some_and(|m| self.ids.len() >= m) {
+        if self.at_limit(opts) {
             return Err(StopReason::Length);
         }
         let id = sampler.sample(logits);
