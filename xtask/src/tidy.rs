@@ -555,9 +555,17 @@ fn has_safety_comment(lexed: &Lexed, line: usize) -> bool {
 // target_feature rule
 // ---------------------------------------------------------------------------
 
-/// `#[target_feature(...)]` only in files or inline modules whose path names
-/// an ISA (see [`ISA_NAMES`]).
+/// The file whose macros spell each ISA's feature set once
+/// (`target_fns!`) and write the kernels' entry points (`kernel_fns!`).
+const FEATURE_MACROS: &str = "crates/kernels/src/macros.rs";
+
+/// `#[target_feature(...)]`, and the macros that write it, only in files or
+/// inline modules whose path names an ISA (see [`ISA_NAMES`]), except in
+/// [`FEATURE_MACROS`], which defines those macros.
 pub(crate) fn check_target_feature(path: &str, lexed: &Lexed) -> Vec<Violation> {
+    if path == FEATURE_MACROS {
+        return Vec::new();
+    }
     let mut violations = Vec::new();
     // Inline modules: (name, brace depth inside the module).
     let mut modules: Vec<(String, usize)> = Vec::new();
@@ -576,7 +584,9 @@ pub(crate) fn check_target_feature(path: &str, lexed: &Lexed) -> Vec<Violation> 
             "mod" if next(2) == "{" => modules.push((next(1).to_owned(), depth + 1)),
             // `target_feature(` is the attribute; `cfg(target_feature = ..)`
             // is only a condition.
-            "target_feature" if next(1) == "(" => {
+            name @ ("target_feature" | "target_fns" | "kernel_fns")
+                if next(1) == if name == "target_feature" { "(" } else { "!" } =>
+            {
                 let mut full = path.to_lowercase();
                 for (name, _) in &modules {
                     full.push_str("::");
@@ -587,7 +597,7 @@ pub(crate) fn check_target_feature(path: &str, lexed: &Lexed) -> Vec<Violation> 
                         file: path.to_owned(),
                         line: token.line,
                         message: format!(
-                            "#[target_feature] outside an ISA-named module ({full} names none of {ISA_NAMES:?})"
+                            "{name} outside an ISA-named module ({full} names none of {ISA_NAMES:?})"
                         ),
                     });
                 }
@@ -879,5 +889,18 @@ mod generic {
         assert_eq!(v, vec![]);
         let v = check_target_feature("crates/kernels/src/aarch64.rs", &lexed);
         assert_eq!(v, vec![]);
+    }
+
+    #[test]
+    fn feature_macros_are_used_in_isa_modules_only() {
+        let src = "kernel_fns! { dot avx2; }\ntarget_fns! { avx2: unsafe fn f() {} }\n";
+        let lexed = lex(src);
+        let v = check_target_feature("crates/kernels/src/ops.rs", &lexed);
+        assert_eq!(lines(&v), vec![1, 2], "{v:?}");
+        let v = check_target_feature("crates/kernels/src/x86_64/avx2/dot.rs", &lexed);
+        assert_eq!(v, vec![]);
+        let defs =
+            "macro_rules! target_fns { () => { #[target_feature(enable = \"neon\")] fn f() {} } }";
+        assert_eq!(check_target_feature(FEATURE_MACROS, &lex(defs)), vec![]);
     }
 }

@@ -7,6 +7,8 @@
 //!   kernel is tested against it.
 //! * `x86_64::{avx2, avx512}`, `aarch64::neon` (internal): the
 //!   `#[target_feature]` kernels, reachable only through [`dispatch`] after detection.
+//! * `macros` (internal): `target_fns!`, each ISA's feature set spelled once,
+//!   and `kernel_fns!`, which writes a kernel's checked wrapper and entry point.
 //! * [`matmul`]: `y[t][r] = W[r]·x[t]` over a thread pool, with tiles over
 //!   packed activations (`act_pack`, internal) or weight panels ([`panel`]) for batches.
 //! * [`ops`]: float ops (RMSNorm, softmax, GELU, SiLU, RoPE, …).
@@ -26,6 +28,10 @@
 //! kernels load unaligned. Activations produced by this crate's quantizers lie
 //! in `[-127, 127]`, which the x86 `maddubs` sign trick relies on (weights may
 //! hold -128).
+
+// Before every module that writes kernels: textual scope.
+#[macro_use]
+mod macros;
 
 pub(crate) mod act_pack;
 #[cfg(feature = "test-support")]

@@ -220,3 +220,50 @@ pub(super) unsafe fn f32_at(p: *const u8) -> f32 {
 pub(super) fn k_block_step(d: f32, s: i32, acc: f32, dm: f32, m: i32, accm: f32) -> (f32, f32) {
     (d.mul_add(s as f32, acc), dm.mul_add(m as f32, accm))
 }
+
+/// Block `i`'s per-row scales of sixteen weight rows (`rb` bytes apart,
+/// blocks of `SIZE` bytes) into panel block `dst`, one row at a time by
+/// `meta`: the scalar half of the K-quant unpackers.
+pub(super) fn rows_meta<const B: usize, const SIZE: usize>(
+    rows: &[u8],
+    rb: usize,
+    i: usize,
+    dst: &mut [u8; B],
+    meta: fn(usize, &[u8; SIZE], &mut [u8; B]),
+) {
+    for r in 0..crate::panel::PANEL_ROWS {
+        meta(
+            r,
+            rows[r * rb + i * SIZE..][..SIZE].try_into().unwrap(),
+            dst,
+        );
+    }
+}
+
+/// Checks a panel call's buffers; returns (blocks, prepared row bytes).
+#[allow(clippy::too_many_arguments)]
+pub(in crate::x86_64) fn panel_call(
+    ty: &str,
+    bs: usize,
+    cols: usize,
+    panel: &[u8],
+    block: usize,
+    acts: &[u8],
+    act_block: usize,
+    out: &[f32],
+    tokens: usize,
+) -> (usize, usize) {
+    assert!(
+        cols.is_multiple_of(bs),
+        "{ty}: {cols} values is not whole blocks"
+    );
+    let nb = cols / bs;
+    assert_eq!(panel.len(), nb * block, "{ty} panel size");
+    assert_eq!(
+        acts.len(),
+        tokens * nb * act_block,
+        "{ty} prepared rows size"
+    );
+    assert_eq!(out.len(), 16 * tokens, "{ty} panel output size");
+    (nb, nb * act_block)
+}

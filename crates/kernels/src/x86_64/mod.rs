@@ -12,9 +12,6 @@
 //! scalar entry (or, for AVX-512, the AVX2 entry): every field an ISA
 //! replaces is named where it is set.
 
-#[macro_use]
-mod macros;
-
 pub(crate) mod avx2;
 pub(crate) mod avx512;
 mod common;

@@ -187,83 +187,33 @@ unsafe fn q6_k<const DOT: bool, const N: usize>(
     }
 }
 
+/// The row and 1×4 kernels of every type, compiled for one feature set
+/// (`$dot`: whether the bodies use `sdot`).
 macro_rules! instantiate {
-    ($m:ident, $dot:expr, $feat:literal) => {
+    ($m:ident, $dot:literal, $isa:ident) => {
         pub(crate) mod $m {
             use super::*;
 
-            #[target_feature(enable = $feat)]
-            unsafe fn legacy8_0<const N: usize>(
-                nb: usize,
-                w: *const u8,
-                wsize: usize,
-                a: [*const u8; N],
-                q: Quants,
-            ) -> [f32; N] {
-                // SAFETY: forwarded from the wrapper's checks.
-                unsafe { legacy::<$dot, false, N>(nb, w, wsize, a, q) }
+            kernel_fns! { dot $isa;
+                Q8_0, Q8_0 => vec_dot_q8_0, vec_dot_x4_q8_0
+                    = |nb, w, a| legacy::<$dot, false, N>(nb, w, 34, a, q8_0_quants);
+                Q4_0, Q8_0 => vec_dot_q4_0, vec_dot_x4_q4_0
+                    = |nb, w, a| legacy::<$dot, false, N>(nb, w, 18, a, q4_0_quants);
+                Q5_0, Q8_0 => vec_dot_q5_0, vec_dot_x4_q5_0
+                    = |nb, w, a| legacy::<$dot, false, N>(nb, w, 22, a, q5_0_quants);
+                Q4_1, Q8_1 => vec_dot_q4_1, vec_dot_x4_q4_1
+                    = |nb, w, a| legacy::<$dot, true, N>(nb, w, 20, a, q4_1_quants);
+                Q5_1, Q8_1 => vec_dot_q5_1, vec_dot_x4_q5_1
+                    = |nb, w, a| legacy::<$dot, true, N>(nb, w, 24, a, q5_1_quants);
+                Q4_K, Q8_K => vec_dot_q4_k, vec_dot_x4_q4_k
+                    = |nb, w, a| q45_k::<$dot, false, N>(nb, w, a);
+                Q5_K, Q8_K => vec_dot_q5_k, vec_dot_x4_q5_k
+                    = |nb, w, a| q45_k::<$dot, true, N>(nb, w, a);
+                Q6_K, Q8_K => vec_dot_q6_k, vec_dot_x4_q6_k = |nb, w, a| q6_k::<$dot, N>(nb, w, a);
             }
-            #[target_feature(enable = $feat)]
-            unsafe fn legacy8_1<const N: usize>(
-                nb: usize,
-                w: *const u8,
-                wsize: usize,
-                a: [*const u8; N],
-                q: Quants,
-            ) -> [f32; N] {
-                // SAFETY: forwarded from the wrapper's checks.
-                unsafe { legacy::<$dot, true, N>(nb, w, wsize, a, q) }
-            }
-            #[target_feature(enable = $feat)]
-            unsafe fn k4<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f32; N] {
-                // SAFETY: forwarded from the wrapper's checks.
-                unsafe { q45_k::<$dot, false, N>(nb, w, a) }
-            }
-            #[target_feature(enable = $feat)]
-            unsafe fn k5<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f32; N] {
-                // SAFETY: forwarded from the wrapper's checks.
-                unsafe { q45_k::<$dot, true, N>(nb, w, a) }
-            }
-            #[target_feature(enable = $feat)]
-            unsafe fn k6<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f32; N] {
-                // SAFETY: forwarded from the wrapper's checks.
-                unsafe { q6_k::<$dot, N>(nb, w, a) }
-            }
-
-            /// A row kernel and its 1×4 twin (the same per-row arithmetic).
-            macro_rules! kernel_fns {
-                ($name:ident, $x4:ident, $ty:ident, $act:ident, |$nb:ident, $w:ident, $a:ident| $call:expr) => {
-                    pub(crate) fn $name(n: usize, w: &[u8], a: &[u8]) -> f32 {
-                        let $nb = row_blocks(GgmlType::$ty, n, w);
-                        row_blocks(GgmlType::$act, n, a);
-                        let ($w, $a) = (w.as_ptr(), [a.as_ptr()]);
-                        // SAFETY: both rows hold `nb` blocks (checked above); reachable only
-                        // through a table handed out after this ISA's features were detected.
-                        let [r] = unsafe { $call };
-                        r
-                    }
-                    pub(crate) fn $x4(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
-                        let $nb = row_blocks(GgmlType::$ty, n, w);
-                        for c in a {
-                            row_blocks(GgmlType::$act, n, c);
-                        }
-                        let ($w, $a) = (w.as_ptr(), a.map(<[u8]>::as_ptr));
-                        // SAFETY: as for the row kernel; all five rows hold `nb` blocks.
-                        unsafe { $call }
-                    }
-                };
-            }
-            kernel_fns!(vec_dot_q8_0, vec_dot_x4_q8_0, Q8_0, Q8_0, |nb, w, a| legacy8_0(nb, w, 34, a, q8_0_quants));
-            kernel_fns!(vec_dot_q4_0, vec_dot_x4_q4_0, Q4_0, Q8_0, |nb, w, a| legacy8_0(nb, w, 18, a, q4_0_quants));
-            kernel_fns!(vec_dot_q5_0, vec_dot_x4_q5_0, Q5_0, Q8_0, |nb, w, a| legacy8_0(nb, w, 22, a, q5_0_quants));
-            kernel_fns!(vec_dot_q4_1, vec_dot_x4_q4_1, Q4_1, Q8_1, |nb, w, a| legacy8_1(nb, w, 20, a, q4_1_quants));
-            kernel_fns!(vec_dot_q5_1, vec_dot_x4_q5_1, Q5_1, Q8_1, |nb, w, a| legacy8_1(nb, w, 24, a, q5_1_quants));
-            kernel_fns!(vec_dot_q4_k, vec_dot_x4_q4_k, Q4_K, Q8_K, |nb, w, a| k4(nb, w, a));
-            kernel_fns!(vec_dot_q5_k, vec_dot_x4_q5_k, Q5_K, Q8_K, |nb, w, a| k5(nb, w, a));
-            kernel_fns!(vec_dot_q6_k, vec_dot_x4_q6_k, Q6_K, Q8_K, |nb, w, a| k6(nb, w, a));
         }
     };
 }
 
-instantiate!(plain, false, "neon");
-instantiate!(dotprod, true, "neon,dotprod");
+instantiate!(plain, false, neon);
+instantiate!(dotprod, true, dotprod);

@@ -27,8 +27,8 @@ unsafe fn ld4_f32(p: *const u8) -> float32x4_t {
 }
 
 /// f16 rows, in four chains.
-#[target_feature(enable = "neon")]
-unsafe fn k_f16(n: usize, x: *const u8, y: *const u8) -> f32 {
+#[inline(always)]
+unsafe fn f16_body(n: usize, x: *const u8, y: *const u8) -> f32 {
     // SAFETY: both rows hold `n` f16 values (checked by the wrapper).
     unsafe {
         let mut acc = [vdupq_n_f32(0.0); 4];
@@ -52,6 +52,13 @@ unsafe fn k_f16(n: usize, x: *const u8, y: *const u8) -> f32 {
     }
 }
 
+target_fns! { neon:
+    unsafe fn k_f16(n: usize, x: *const u8, y: *const u8) -> f32 {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { f16_body(n, x, y) }
+    }
+}
+
 const R: usize = crate::dispatch::F32_TILE_ROWS;
 const T: usize = crate::dispatch::F32_TILE_TOKENS;
 
@@ -65,8 +72,8 @@ unsafe fn f32_tail(n: usize, w: *const u8, a: *const u8, mut sum: f32) -> f32 {
     sum
 }
 
-#[target_feature(enable = "neon")]
-unsafe fn k_f32_row(n: usize, w: *const u8, a: *const u8) -> f32 {
+#[inline(always)]
+unsafe fn f32_row_body(n: usize, w: *const u8, a: *const u8) -> f32 {
     // SAFETY: both rows hold `n` values (the wrapper's checks).
     unsafe {
         let mut acc = vdupq_n_f32(0.0);
@@ -77,8 +84,15 @@ unsafe fn k_f32_row(n: usize, w: *const u8, a: *const u8) -> f32 {
     }
 }
 
-#[target_feature(enable = "neon")]
-unsafe fn k_f32_rows8(n: usize, w: *const u8, a: *const u8) -> [f32; 8] {
+target_fns! { neon:
+    unsafe fn k_f32_row(n: usize, w: *const u8, a: *const u8) -> f32 {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { f32_row_body(n, w, a) }
+    }
+}
+
+#[inline(always)]
+unsafe fn f32_rows8_body(n: usize, w: *const u8, a: *const u8) -> [f32; 8] {
     // SAFETY: eight rows of `n` values back to back at `w`, `n` at `a`.
     unsafe {
         let mut acc = [vdupq_n_f32(0.0); 8];
@@ -92,8 +106,15 @@ unsafe fn k_f32_rows8(n: usize, w: *const u8, a: *const u8) -> [f32; 8] {
     }
 }
 
-#[target_feature(enable = "neon")]
-unsafe fn k_f32_tile(n: usize, w: *const u8, a: *const u8) -> [f32; R * T] {
+target_fns! { neon:
+    unsafe fn k_f32_rows8(n: usize, w: *const u8, a: *const u8) -> [f32; 8] {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { f32_rows8_body(n, w, a) }
+    }
+}
+
+#[inline(always)]
+unsafe fn f32_tile_body(n: usize, w: *const u8, a: *const u8) -> [f32; R * T] {
     // SAFETY: `R` rows of `n` values back to back at `w`, `T` at `a`.
     unsafe {
         let mut acc = [[vdupq_n_f32(0.0); T]; R];
@@ -110,6 +131,13 @@ unsafe fn k_f32_tile(n: usize, w: *const u8, a: *const u8) -> [f32; R * T] {
             let (t, r) = (o / R, o % R);
             f32_tail(n, w.add(4 * r * n), a.add(4 * t * n), vaddvq_f32(acc[r][t]))
         })
+    }
+}
+
+target_fns! { neon:
+    unsafe fn k_f32_tile(n: usize, w: *const u8, a: *const u8) -> [f32; R * T] {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { f32_tile_body(n, w, a) }
     }
 }
 

@@ -38,18 +38,19 @@ unsafe fn f32_at(p: *const u8) -> f32 {
     unsafe { p.cast::<f32>().read_unaligned() }
 }
 
-/// `sdot`: four 4-way i8 dot products added to `acc`.
-#[target_feature(enable = "neon,dotprod")]
-#[inline]
-unsafe fn sdot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
-    let mut acc = acc;
-    // SAFETY: register-only instruction of the dotprod extension, enabled here.
-    unsafe {
-        asm!("sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
-            acc = inout(vreg) acc, a = in(vreg) a, b = in(vreg) b,
-            options(pure, nomem, nostack));
+target_fns! { dotprod:
+    /// `sdot`: four 4-way i8 dot products added to `acc`.
+    #[inline]
+    unsafe fn sdot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+        let mut acc = acc;
+        // SAFETY: register-only instruction of the dotprod extension, enabled here.
+        unsafe {
+            asm!("sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
+                acc = inout(vreg) acc, a = in(vreg) a, b = in(vreg) b,
+                options(pure, nomem, nostack));
+        }
+        acc
     }
-    acc
 }
 
 /// `acc + Σ a·b`, the sixteen products folded into four i32 lanes.

@@ -26,8 +26,8 @@ unsafe fn q8_block(x: *const f32, qs: *mut i8) -> (f32, i32) {
     }
 }
 
-#[target_feature(enable = "neon")]
-unsafe fn k_quantize_q8(nb: usize, x: *const f32, y: *mut u8, with_sum: bool) {
+#[inline(always)]
+unsafe fn quantize_q8_blocks(nb: usize, x: *const f32, y: *mut u8, with_sum: bool) {
     let bsize = if with_sum { 36 } else { 34 };
     for i in 0..nb {
         // SAFETY: `nb` blocks of input and output (checked by the wrapper).
@@ -45,8 +45,8 @@ unsafe fn k_quantize_q8(nb: usize, x: *const f32, y: *mut u8, with_sum: bool) {
     }
 }
 
-#[target_feature(enable = "neon")]
-unsafe fn k_quantize_q8_k(nb: usize, x: *const f32, y: *mut u8) {
+#[inline(always)]
+unsafe fn quantize_q8_k_blocks(nb: usize, x: *const f32, y: *mut u8) {
     for i in 0..nb {
         // SAFETY: `nb` blocks: 256 floats in, 292 bytes out each (checked by the wrapper).
         unsafe {
@@ -89,33 +89,8 @@ unsafe fn k_quantize_q8_k(nb: usize, x: *const f32, y: *mut u8) {
     }
 }
 
-fn check_quantize(src: &[f32], dst: &[u8], ty: GgmlType) -> usize {
-    let bs = ty.block_size();
-    assert!(
-        src.len().is_multiple_of(bs),
-        "{} values is not a whole number of blocks",
-        src.len()
-    );
-    assert_eq!(
-        dst.len(),
-        src.len() / bs * ty.type_size(),
-        "activation buffer size"
-    );
-    src.len() / bs
-}
-
-pub(crate) fn quantize_q8_0(src: &[f32], dst: &mut [u8]) {
-    let nb = check_quantize(src, dst, GgmlType::Q8_0);
-    // SAFETY: `nb` whole blocks in and out (checked above); reachable only after NEON detection.
-    unsafe { k_quantize_q8(nb, src.as_ptr(), dst.as_mut_ptr(), false) }
-}
-pub(crate) fn quantize_q8_1(src: &[f32], dst: &mut [u8]) {
-    let nb = check_quantize(src, dst, GgmlType::Q8_1);
-    // SAFETY: as for `quantize_q8_0`.
-    unsafe { k_quantize_q8(nb, src.as_ptr(), dst.as_mut_ptr(), true) }
-}
-pub(crate) fn quantize_q8_k(src: &[f32], dst: &mut [u8]) {
-    let nb = check_quantize(src, dst, GgmlType::Q8_K);
-    // SAFETY: as for `quantize_q8_0`.
-    unsafe { k_quantize_q8_k(nb, src.as_ptr(), dst.as_mut_ptr()) }
+kernel_fns! { quantize neon;
+    Q8_0 => quantize_q8_0 = |nb, x, y| quantize_q8_blocks(nb, x, y, false);
+    Q8_1 => quantize_q8_1 = |nb, x, y| quantize_q8_blocks(nb, x, y, true);
+    Q8_K => quantize_q8_k = |nb, x, y| quantize_q8_k_blocks(nb, x, y);
 }

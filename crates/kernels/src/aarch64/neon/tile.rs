@@ -3,30 +3,31 @@
 
 use super::*;
 
-/// `sdot` by element: each four-byte group of `a` against four-byte group
-/// `J` of `w`, added to `acc`.
-#[target_feature(enable = "neon,dotprod")]
-#[inline]
-unsafe fn sdot_lane<const J: usize>(acc: int32x4_t, a: int8x16_t, w: int8x16_t) -> int32x4_t {
-    let mut acc = acc;
-    // SAFETY: register-only instruction of the dotprod extension, enabled here;
-    // `J` < 4 is a valid element index.
-    unsafe {
-        macro_rules! indexed {
-            ($j:literal) => {
-                asm!(concat!("sdot {acc:v}.4s, {a:v}.16b, {w:v}.4b[", $j, "]"),
-                    acc = inout(vreg) acc, a = in(vreg) a, w = in(vreg) w,
-                    options(pure, nomem, nostack))
-            };
+target_fns! { dotprod:
+    /// `sdot` by element: each four-byte group of `a` against four-byte group
+    /// `J` of `w`, added to `acc`.
+    #[inline]
+    unsafe fn sdot_lane<const J: usize>(acc: int32x4_t, a: int8x16_t, w: int8x16_t) -> int32x4_t {
+        let mut acc = acc;
+        // SAFETY: register-only instruction of the dotprod extension, enabled here;
+        // `J` < 4 is a valid element index.
+        unsafe {
+            macro_rules! indexed {
+                ($j:literal) => {
+                    asm!(concat!("sdot {acc:v}.4s, {a:v}.16b, {w:v}.4b[", $j, "]"),
+                        acc = inout(vreg) acc, a = in(vreg) a, w = in(vreg) w,
+                        options(pure, nomem, nostack))
+                };
+            }
+            match J {
+                0 => indexed!("0"),
+                1 => indexed!("1"),
+                2 => indexed!("2"),
+                _ => indexed!("3"),
+            }
         }
-        match J {
-            0 => indexed!("0"),
-            1 => indexed!("1"),
-            2 => indexed!("2"),
-            _ => indexed!("3"),
-        }
+        acc
     }
-    acc
 }
 
 /// One legacy weight row against a packed group of `4·S` Q8_0 rows (see
@@ -74,37 +75,11 @@ unsafe fn legacy_tile<const S: usize>(
     }
 }
 
-macro_rules! tile_fns {
-    ($($ty:ident, $size:expr, $quants:ident, $k8:ident => $f8:ident, $k4:ident => $f4:ident;)*) => {$(
-        #[target_feature(enable = "neon,dotprod")]
-        unsafe fn $k8(nb: usize, w: *const u8, packed: *const u8) -> [f32; 8] {
-            // SAFETY: forwarded from the wrapper's checks.
-            let [a, b] = unsafe { legacy_tile::<2>(nb, w, $size, packed, $quants) };
-            [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
-        }
-        #[target_feature(enable = "neon,dotprod")]
-        unsafe fn $k4(nb: usize, w: *const u8, packed: *const u8) -> [f32; 4] {
-            // SAFETY: forwarded from the wrapper's checks.
-            unsafe { legacy_tile::<1>(nb, w, $size, packed, $quants)[0] }
-        }
-        pub(crate) fn $f8(n: usize, w: &[u8], packed: &[u8]) -> [f32; 8] {
-            let nb = row_blocks(GgmlType::$ty, n, w);
-            assert_eq!(packed.len(), crate::act_pack::group_bytes(GgmlType::Q8_0, n, 8), "packed group size");
-            // SAFETY: `nb` weight blocks and `nb` packed block groups (checked above);
-            // reachable only through the DOTPROD table, after detection.
-            unsafe { $k8(nb, w.as_ptr(), packed.as_ptr()) }
-        }
-        pub(crate) fn $f4(n: usize, w: &[u8], packed: &[u8]) -> [f32; 4] {
-            let nb = row_blocks(GgmlType::$ty, n, w);
-            assert_eq!(packed.len(), crate::act_pack::group_bytes(GgmlType::Q8_0, n, 4), "packed group size");
-            // SAFETY: as for the 8-row tile, with groups of 4 rows.
-            unsafe { $k4(nb, w.as_ptr(), packed.as_ptr()) }
-        }
-    )*};
-}
-
-tile_fns! {
-    Q8_0, 34, q8_0_quants, k_q8_0_x8 => tile8_q8_0, k_q8_0_t4 => tile4_q8_0;
-    Q4_0, 18, q4_0_quants, k_q4_0_x8 => tile8_q4_0, k_q4_0_t4 => tile4_q4_0;
-    Q5_0, 22, q5_0_quants, k_q5_0_x8 => tile8_q5_0, k_q5_0_t4 => tile4_q5_0;
+kernel_fns! { tiles dotprod, Q8_0;
+    Q8_0 => tile8_q8_0: 2, tile4_q8_0: 1
+        = |nb, w, packed| legacy_tile::<S>(nb, w, 34, packed, q8_0_quants);
+    Q4_0 => tile8_q4_0: 2, tile4_q4_0: 1
+        = |nb, w, packed| legacy_tile::<S>(nb, w, 18, packed, q4_0_quants);
+    Q5_0 => tile8_q5_0: 2, tile4_q5_0: 1
+        = |nb, w, packed| legacy_tile::<S>(nb, w, 22, packed, q5_0_quants);
 }

@@ -4,8 +4,8 @@ use super::*;
 
 /// [`crate::ops::gelu_mul`] in 8 lanes: the same operations in the same
 /// order (no FMA contraction), so the same bits.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn k_gelu_mul(n: usize, gate: *mut f32, up: *const f32) {
+#[inline(always)]
+unsafe fn gelu_mul_body(n: usize, gate: *mut f32, up: *const f32) {
     // SAFETY: the wrapper checked `n` values in both slices; AVX2 is enabled.
     unsafe {
         let (c, a) = (_mm256_set1_ps(0.797_884_6), _mm256_set1_ps(0.044_715));
@@ -23,9 +23,16 @@ unsafe fn k_gelu_mul(n: usize, gate: *mut f32, up: *const f32) {
     }
 }
 
+target_fns! { avx2:
+    unsafe fn k_gelu_mul(n: usize, gate: *mut f32, up: *const f32) {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { gelu_mul_body(n, gate, up) }
+    }
+}
+
 /// [`crate::ops::silu_mul`] in 8 lanes, the same bits.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn k_silu_mul(n: usize, gate: *mut f32, up: *const f32) {
+#[inline(always)]
+unsafe fn silu_mul_body(n: usize, gate: *mut f32, up: *const f32) {
     // SAFETY: the wrapper checked `n` values in both slices; AVX2 is enabled.
     unsafe {
         let one = _mm256_set1_ps(1.0);
@@ -35,6 +42,13 @@ unsafe fn k_silu_mul(n: usize, gate: *mut f32, up: *const f32) {
             let s = _mm256_div_ps(g, _mm256_add_ps(one, exp_ps(_mm256_xor_ps(g, neg))));
             _mm256_storeu_ps(gate.add(i), _mm256_mul_ps(s, _mm256_loadu_ps(up.add(i))));
         }
+    }
+}
+
+target_fns! { avx2:
+    unsafe fn k_silu_mul(n: usize, gate: *mut f32, up: *const f32) {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { silu_mul_body(n, gate, up) }
     }
 }
 

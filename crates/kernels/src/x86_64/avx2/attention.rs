@@ -320,17 +320,23 @@ pub(in crate::x86_64) struct KeyRows {
 /// at `q` and outputs at `out`, `R·hd` values each.
 pub(in crate::x86_64) type AttendKernel = unsafe fn(KeyRows, *const f32, *mut f32);
 
-attend_fns! {
-    "avx2,fma,f16c", attend;
-    ATTEND_F32: 4, load8_f32 => k_attend1_f32: 1, k_attend2_f32: 2, k_attend3_f32: 3, k_attend4_f32: 4;
-    ATTEND_F16: 2, load8_f16 => k_attend1_f16: 1, k_attend2_f16: 2, k_attend3_f16: 3, k_attend4_f16: 4;
+kernel_fns! { attend avx2, attend;
+    ATTEND_F32: 4, load8_f32 =>
+        k_attend1_f32: 1, k_attend2_f32: 2,
+        k_attend3_f32: 3, k_attend4_f32: 4;
+    ATTEND_F16: 2, load8_f16 =>
+        k_attend1_f16: 1, k_attend2_f16: 2,
+        k_attend3_f16: 3, k_attend4_f16: 4;
 }
 // The same arithmetic with AVX-512 VL's 32 vector registers: four heads' score
 // chains fit without spilling.
-attend_fns! {
-    "avx2,fma,f16c,avx512f,avx512vl", attend;
-    ATTEND_F32_VL: 4, load8_f32 => v_attend1_f32: 1, v_attend2_f32: 2, v_attend3_f32: 3, v_attend4_f32: 4;
-    ATTEND_F16_VL: 2, load8_f16 => v_attend1_f16: 1, v_attend2_f16: 2, v_attend3_f16: 3, v_attend4_f16: 4;
+kernel_fns! { attend avx512vl, attend;
+    ATTEND_F32_VL: 4, load8_f32 =>
+        v_attend1_f32: 1, v_attend2_f32: 2,
+        v_attend3_f32: 3, v_attend4_f32: 4;
+    ATTEND_F16_VL: 2, load8_f16 =>
+        v_attend1_f16: 1, v_attend2_f16: 2,
+        v_attend3_f16: 3, v_attend4_f16: 4;
 }
 
 /// [`crate::attention::AttendFn`] with AVX2 + FMA + F16C (head dimension a

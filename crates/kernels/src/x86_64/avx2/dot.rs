@@ -129,66 +129,22 @@ unsafe fn legacy_rows8(
     }
 }
 
-/// The row and 1×4 kernels of a type over `$core` (the same per-row
-/// arithmetic for both, so a row's bits do not depend on the batch), with
-/// `$act` activations, and the checked wrappers the tables hold.
-macro_rules! row_x4_fns {
-    ($core:ident, $act:ident;
-     $ty:ident, $size:expr, $quants:ident, $one:ident, $x4:ident, $k1:ident, $k4:ident) => {
-        #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn $k1(nb: usize, w: *const u8, a: *const u8) -> f32 {
-            // SAFETY: forwarded from the caller's contract.
-            unsafe { $core::<1>(nb, w, $size, [a], $quants)[0] }
-        }
-        #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn $k4(nb: usize, w: *const u8, a: [*const u8; 4]) -> [f32; 4] {
-            // SAFETY: forwarded from the caller's contract.
-            unsafe { $core::<4>(nb, w, $size, a, $quants) }
-        }
-        pub(crate) fn $one(n: usize, w: &[u8], a: &[u8]) -> f32 {
-            let nb = row_blocks(GgmlType::$ty, n, w);
-            row_blocks(GgmlType::$act, n, a);
-            // SAFETY: both rows hold `nb` blocks (checked above); this function is only
-            // reachable through a table handed out after AVX2+FMA+F16C were detected.
-            unsafe { $k1(nb, w.as_ptr(), a.as_ptr()) }
-        }
-        pub(crate) fn $x4(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
-            let nb = row_blocks(GgmlType::$ty, n, w);
-            for c in a {
-                row_blocks(GgmlType::$act, n, c);
-            }
-            // SAFETY: as for the row kernel; all five rows hold `nb` blocks.
-            unsafe { $k4(nb, w.as_ptr(), a.map(<[u8]>::as_ptr)) }
-        }
-    };
+kernel_fns! { dot avx2;
+    Q8_0, Q8_0 => vec_dot_q8_0, vec_dot_x4_q8_0
+        = |nb, w, a| legacy_q8_0::<N>(nb, w, 34, a, q8_0_quants);
+    Q4_0, Q8_0 => vec_dot_q4_0, vec_dot_x4_q4_0
+        = |nb, w, a| legacy_q8_0::<N>(nb, w, 18, a, q4_0_quants);
+    Q5_0, Q8_0 => vec_dot_q5_0, vec_dot_x4_q5_0
+        = |nb, w, a| legacy_q8_0::<N>(nb, w, 22, a, q5_0_quants);
 }
 
-macro_rules! legacy_kernels {
-    ($($ty:ident, $size:expr, $quants:ident, $one:ident, $x4:ident, $rows8:ident, $k1:ident, $k4:ident,
-       $k8:ident;)*) => {$(
-        row_x4_fns!(legacy_q8_0, Q8_0; $ty, $size, $quants, $one, $x4, $k1, $k4);
-        #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn $k8(nb: usize, w: *const u8, stride: usize, a: *const u8) -> [f32; 8] {
-            // SAFETY: forwarded from the caller's contract.
-            unsafe { legacy_rows8(nb, w, stride, $size, a, $quants) }
-        }
-        pub(crate) fn $rows8(n: usize, w: &[u8], a: &[u8]) -> [f32; 8] {
-            let (nb, stride) = rows8_blocks(GgmlType::$ty, GgmlType::Q8_0, n, w, a);
-            // SAFETY: eight rows of `nb` blocks, `stride` bytes apart, and an activation
-            // row of `nb` blocks (checked above); reachable only through a table handed
-            // out after AVX2+FMA+F16C were detected.
-            unsafe { $k8(nb, w.as_ptr(), stride, a.as_ptr()) }
-        }
-    )*};
-}
-
-legacy_kernels! {
-    Q8_0, 34, q8_0_quants, vec_dot_q8_0, vec_dot_x4_q8_0, vec_dot_rows8_q8_0, k_q8_0, k_q8_0_x4,
-        k_q8_0_rows8;
-    Q4_0, 18, q4_0_quants, vec_dot_q4_0, vec_dot_x4_q4_0, vec_dot_rows8_q4_0, k_q4_0, k_q4_0_x4,
-        k_q4_0_rows8;
-    Q5_0, 22, q5_0_quants, vec_dot_q5_0, vec_dot_x4_q5_0, vec_dot_rows8_q5_0, k_q5_0, k_q5_0_x4,
-        k_q5_0_rows8;
+kernel_fns! { rows8 avx2;
+    Q8_0, Q8_0 => vec_dot_rows8_q8_0
+        = |nb, w, stride, a| legacy_rows8(nb, w, stride, 34, a, q8_0_quants);
+    Q4_0, Q8_0 => vec_dot_rows8_q4_0
+        = |nb, w, stride, a| legacy_rows8(nb, w, stride, 18, a, q4_0_quants);
+    Q5_0, Q8_0 => vec_dot_rows8_q5_0
+        = |nb, w, stride, a| legacy_rows8(nb, w, stride, 22, a, q5_0_quants);
 }
 
 /// Eight `i32 × 8` vectors → one vector of their eight horizontal sums, in order.
@@ -288,8 +244,12 @@ unsafe fn q5_1_quants(x: *const u8) -> __m256i {
     }
 }
 
-row_x4_fns!(q8_1_rows, Q8_1; Q4_1, 20, q4_1_quants, vec_dot_q4_1, vec_dot_x4_q4_1, k_q4_1, k_q4_1_x4);
-row_x4_fns!(q8_1_rows, Q8_1; Q5_1, 24, q5_1_quants, vec_dot_q5_1, vec_dot_x4_q5_1, k_q5_1, k_q5_1_x4);
+kernel_fns! { dot avx2;
+    Q4_1, Q8_1 => vec_dot_q4_1, vec_dot_x4_q4_1
+        = |nb, w, a| q8_1_rows::<N>(nb, w, 20, a, q4_1_quants);
+    Q5_1, Q8_1 => vec_dot_q5_1, vec_dot_x4_q5_1
+        = |nb, w, a| q8_1_rows::<N>(nb, w, 24, a, q5_1_quants);
+}
 
 /// Σ x·y over `n` values; `load8` turns 8 elements at a pointer into f32 lanes.
 #[inline(always)]
@@ -346,15 +306,15 @@ pub(in crate::x86_64) unsafe fn load8_f16(p: *const u8) -> __m256 {
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn k_f16(n: usize, x: *const u8, y: *const u8) -> f32 {
-    // SAFETY: forwarded from the wrapper's checks.
-    unsafe { float_dot(n, x, y, 2, load8_f16, fp16) }
-}
-
 pub(crate) fn vec_dot_f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    target_fns! { avx2:
+        unsafe fn entry(n: usize, x: *const u8, y: *const u8) -> f32 {
+            // SAFETY: forwarded from the wrapper's checks.
+            unsafe { float_dot(n, x, y, 2, load8_f16, fp16) }
+        }
+    }
     row_blocks(GgmlType::F16, n, w);
     row_blocks(GgmlType::F16, n, a);
     // SAFETY: both rows hold `n` f16 (checked above); reachable only after AVX2 detection.
-    unsafe { k_f16(n, w.as_ptr(), a.as_ptr()) }
+    unsafe { entry(n, w.as_ptr(), a.as_ptr()) }
 }

@@ -28,8 +28,8 @@ unsafe fn tail(n: usize, w: *const f32, a: *const f32, mut sum: f32) -> f32 {
     sum
 }
 
-#[target_feature(enable = "avx2,fma")]
-unsafe fn k_f32_row(n: usize, w: *const f32, a: *const f32) -> f32 {
+#[inline(always)]
+unsafe fn f32_row_body(n: usize, w: *const f32, a: *const f32) -> f32 {
     // SAFETY: both rows hold `n` values (the wrapper's checks).
     unsafe {
         let mut acc = _mm256_setzero_ps();
@@ -40,8 +40,15 @@ unsafe fn k_f32_row(n: usize, w: *const f32, a: *const f32) -> f32 {
     }
 }
 
-#[target_feature(enable = "avx2,fma")]
-unsafe fn k_f32_rows8(n: usize, w: *const f32, a: *const f32) -> [f32; 8] {
+target_fns! { avx2:
+    unsafe fn k_f32_row(n: usize, w: *const f32, a: *const f32) -> f32 {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { f32_row_body(n, w, a) }
+    }
+}
+
+#[inline(always)]
+unsafe fn f32_rows8_body(n: usize, w: *const f32, a: *const f32) -> [f32; 8] {
     // SAFETY: eight rows of `n` values back to back at `w`, `n` at `a`.
     unsafe {
         let mut acc = [_mm256_setzero_ps(); 8];
@@ -66,8 +73,15 @@ unsafe fn k_f32_rows8(n: usize, w: *const f32, a: *const f32) -> [f32; 8] {
     }
 }
 
-#[target_feature(enable = "avx2,fma")]
-unsafe fn k_f32_tile(n: usize, w: *const f32, a: *const f32) -> [f32; R * T] {
+target_fns! { avx2:
+    unsafe fn k_f32_rows8(n: usize, w: *const f32, a: *const f32) -> [f32; 8] {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { f32_rows8_body(n, w, a) }
+    }
+}
+
+#[inline(always)]
+unsafe fn f32_tile_body(n: usize, w: *const f32, a: *const f32) -> [f32; R * T] {
     // SAFETY: `R` rows of `n` values back to back at `w`, `T` at `a`.
     unsafe {
         let mut acc = [[_mm256_setzero_ps(); T]; R];
@@ -93,6 +107,13 @@ unsafe fn k_f32_tile(n: usize, w: *const f32, a: *const f32) -> [f32; R * T] {
             }
         }
         out
+    }
+}
+
+target_fns! { avx2:
+    unsafe fn k_f32_tile(n: usize, w: *const f32, a: *const f32) -> [f32; R * T] {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { f32_tile_body(n, w, a) }
     }
 }
 

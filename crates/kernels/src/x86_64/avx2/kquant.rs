@@ -163,61 +163,8 @@ unsafe fn q6_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn k_q4_k(nb: usize, w: *const u8, a: [*const u8; 1]) -> [f32; 1] {
-    // SAFETY: forwarded from the wrapper's checks.
-    unsafe { q45_k::<1, false>(nb, w, a) }
-}
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn k_q4_k_x4(nb: usize, w: *const u8, a: [*const u8; 4]) -> [f32; 4] {
-    // SAFETY: forwarded from the wrapper's checks.
-    unsafe { q45_k::<4, false>(nb, w, a) }
-}
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn k_q5_k(nb: usize, w: *const u8, a: [*const u8; 1]) -> [f32; 1] {
-    // SAFETY: forwarded from the wrapper's checks.
-    unsafe { q45_k::<1, true>(nb, w, a) }
-}
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn k_q5_k_x4(nb: usize, w: *const u8, a: [*const u8; 4]) -> [f32; 4] {
-    // SAFETY: forwarded from the wrapper's checks.
-    unsafe { q45_k::<4, true>(nb, w, a) }
-}
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn k_q6_k(nb: usize, w: *const u8, a: [*const u8; 1]) -> [f32; 1] {
-    // SAFETY: forwarded from the wrapper's checks.
-    unsafe { q6_k::<1>(nb, w, a) }
-}
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn k_q6_k_x4(nb: usize, w: *const u8, a: [*const u8; 4]) -> [f32; 4] {
-    // SAFETY: forwarded from the wrapper's checks.
-    unsafe { q6_k::<4>(nb, w, a) }
-}
-
-macro_rules! k_wrappers {
-    ($($ty:ident: $k:ident => $one:ident $(, $k4:ident => $x4:ident)?;)*) => {$(
-        pub(crate) fn $one(n: usize, w: &[u8], a: &[u8]) -> f32 {
-            let nb = row_blocks(GgmlType::$ty, n, w);
-            row_blocks(GgmlType::Q8_K, n, a);
-            // SAFETY: both rows hold `nb` blocks (checked above); reachable only through a
-            // table handed out after the kernel's features were detected.
-            unsafe { $k(nb, w.as_ptr(), [a.as_ptr()])[0] }
-        }
-        $(
-        pub(crate) fn $x4(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
-            let nb = row_blocks(GgmlType::$ty, n, w);
-            for c in a {
-                row_blocks(GgmlType::Q8_K, n, c);
-            }
-            // SAFETY: as for the row kernel; all five rows hold `nb` blocks.
-            unsafe { $k4(nb, w.as_ptr(), a.map(<[u8]>::as_ptr)) }
-        }
-        )?
-    )*};
-}
-
-k_wrappers! {
-    Q4_K: k_q4_k => vec_dot_q4_k, k_q4_k_x4 => vec_dot_x4_q4_k;
-    Q5_K: k_q5_k => vec_dot_q5_k, k_q5_k_x4 => vec_dot_x4_q5_k;
-    Q6_K: k_q6_k => vec_dot_q6_k, k_q6_k_x4 => vec_dot_x4_q6_k;
+kernel_fns! { dot avx2;
+    Q4_K, Q8_K => vec_dot_q4_k, vec_dot_x4_q4_k = |nb, w, a| q45_k::<N, false>(nb, w, a);
+    Q5_K, Q8_K => vec_dot_q5_k, vec_dot_x4_q5_k = |nb, w, a| q45_k::<N, true>(nb, w, a);
+    Q6_K, Q8_K => vec_dot_q6_k, vec_dot_x4_q6_k = |nb, w, a| q6_k::<N>(nb, w, a);
 }

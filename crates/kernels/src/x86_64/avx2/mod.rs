@@ -1,7 +1,8 @@
 //! AVX2 + FMA + F16C kernels.
 //!
 //! Each public function is a safe wrapper that checks the row lengths, then
-//! calls one `#[target_feature]` kernel; the wrappers are only reachable
+//! calls one `#[target_feature]` entry point (both written by
+//! `kernel_fns!` or `target_fns!`, see `crate::macros`); the wrappers are only reachable
 //! through [`super::AVX2`] / [`super::AVX512`], which
 //! [`crate::kernels_for`] hands out after detecting the features.
 //! Helpers are `#[inline(always)]` so they compile inside the kernel with its
@@ -17,7 +18,7 @@
 
 use super::common::*;
 use crate::GgmlType;
-use crate::scalar::{k4_scales_mins, row_blocks, rows8_blocks};
+use crate::scalar::{k4_scales_mins, row_blocks};
 use core::arch::x86_64::*;
 use half::f16;
 

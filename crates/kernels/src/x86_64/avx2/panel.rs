@@ -288,16 +288,18 @@ unsafe fn k_panel<const T: usize>(
     }
 }
 
-#[target_feature(enable = "avx2,fma")]
-unsafe fn q4_k_half_avx2(nb: usize, panel: *const u8, ys: [*const u8; G]) -> [__m256; G] {
-    // SAFETY: forwarded from the caller's contract.
-    unsafe { q4_k_half(nb, panel, ys) }
+target_fns! { avx2:
+    unsafe fn q4_k_half_avx2(nb: usize, panel: *const u8, ys: [*const u8; G]) -> [__m256; G] {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { q4_k_half(nb, panel, ys) }
+    }
 }
 
-#[target_feature(enable = "avx2,fma")]
-unsafe fn q6_k_half_avx2(nb: usize, panel: *const u8, ys: [*const u8; G]) -> [__m256; G] {
-    // SAFETY: forwarded from the caller's contract.
-    unsafe { q6_k_half(nb, panel, ys) }
+target_fns! { avx2:
+    unsafe fn q6_k_half_avx2(nb: usize, panel: *const u8, ys: [*const u8; G]) -> [__m256; G] {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { q6_k_half(nb, panel, ys) }
+    }
 }
 
 #[inline(always)]
@@ -324,51 +326,17 @@ pub(super) unsafe fn q4_k_panel<const T: usize>(
     unsafe { k_panel::<T>(nb, panel, acts, arow, out, q4_k_half_avx2) }
 }
 
-macro_rules! avx2_panel_fns {
-    ($($ty:literal, $values:literal, $block:expr, $act:expr,
-       $kw:ident => $wide:ident, $kn:ident => $narrow:ident: $body:expr;)*) => {$(
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn $kw(nb: usize, panel: *const u8, acts: *const u8, arow: usize, out: *mut f32) {
-            const T: usize = crate::panel::PANEL_TOKENS;
-            // SAFETY: forwarded from the wrapper's checks.
-            unsafe { $body(nb, panel, acts, arow, out) }
-        }
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn $kn(nb: usize, panel: *const u8, acts: *const u8, arow: usize, out: *mut f32) {
-            const T: usize = crate::panel::PANEL_TOKENS / 2;
-            // SAFETY: forwarded from the wrapper's checks.
-            unsafe { $body(nb, panel, acts, arow, out) }
-        }
-        pub(crate) fn $wide(cols: usize, panel: &[u8], acts: &[u8], out: &mut [f32]) {
-            let (nb, arow) = crate::x86_64::avx512::panel_call(
-                $ty, $values, cols, panel, $block, acts, $act, out, crate::panel::PANEL_TOKENS,
-            );
-            // SAFETY: `nb` panel blocks, the tokens' prepared rows and their outputs
-            // (checked above); reachable only through the AVX2 table, handed out
-            // after AVX2 and FMA were detected.
-            unsafe { $kw(nb, panel.as_ptr(), acts.as_ptr(), arow, out.as_mut_ptr()) }
-        }
-        pub(crate) fn $narrow(cols: usize, panel: &[u8], acts: &[u8], out: &mut [f32]) {
-            let (nb, arow) = crate::x86_64::avx512::panel_call(
-                $ty, $values, cols, panel, $block, acts, $act, out, crate::panel::PANEL_TOKENS / 2,
-            );
-            // SAFETY: as for the wide kernel.
-            unsafe { $kn(nb, panel.as_ptr(), acts.as_ptr(), arow, out.as_mut_ptr()) }
-        }
-    )*};
-}
-
-avx2_panel_fns! {
-    "Q8_0", 32, Q8_0_I16_BLOCK, Q8_0_I16_ACT, k_panel8_q8_0 => panel8_q8_0, k_panel4_q8_0 => panel4_q8_0:
-        q8_0_panel::<T>;
+kernel_fns! { panels avx2;
+    "Q8_0", 32, Q8_0_I16_BLOCK, Q8_0_I16_ACT => panel8_q8_0, panel4_q8_0
+        = |nb, panel, acts, arow, out| q8_0_panel::<T>(nb, panel, acts, arow, out);
     // Q4_0 quants + 8 (0..15): eight dwords per i16 sum, 8 · 2 · 15 · 128 < 2^15.
-    "Q4_0", 32, LEGACY_BLOCK, LEGACY_ACT, k_panel8_q4_0 => panel8_q4_0, k_panel4_q4_0 => panel4_q4_0:
-        legacy_panel::<T, 8>;
+    "Q4_0", 32, LEGACY_BLOCK, LEGACY_ACT => panel8_q4_0, panel4_q4_0
+        = |nb, panel, acts, arow, out| legacy_panel::<T, 8>(nb, panel, acts, arow, out);
     // Q5_0 quants + 16 (0..31): four dwords per i16 sum, 4 · 2 · 31 · 128 < 2^15.
-    "Q5_0", 32, LEGACY_BLOCK, LEGACY_ACT, k_panel8_q5_0 => panel8_q5_0, k_panel4_q5_0 => panel4_q5_0:
-        legacy_panel::<T, 4>;
-    "Q4_K", 256, Q4_K_BLOCK, Q4_K_ACT, k_panel8_q4_k => panel8_q4_k, k_panel4_q4_k => panel4_q4_k:
-        q4_k_panel::<T>;
-    "Q6_K", 256, Q6_K_BLOCK, Q6_K_ACT, k_panel8_q6_k => panel8_q6_k, k_panel4_q6_k => panel4_q6_k:
-        q6_k_panel::<T>;
+    "Q5_0", 32, LEGACY_BLOCK, LEGACY_ACT => panel8_q5_0, panel4_q5_0
+        = |nb, panel, acts, arow, out| legacy_panel::<T, 4>(nb, panel, acts, arow, out);
+    "Q4_K", 256, Q4_K_BLOCK, Q4_K_ACT => panel8_q4_k, panel4_q4_k
+        = |nb, panel, acts, arow, out| q4_k_panel::<T>(nb, panel, acts, arow, out);
+    "Q6_K", 256, Q6_K_BLOCK, Q6_K_ACT => panel8_q6_k, panel4_q6_k
+        = |nb, panel, acts, arow, out| q6_k_panel::<T>(nb, panel, acts, arow, out);
 }

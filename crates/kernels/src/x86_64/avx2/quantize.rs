@@ -75,8 +75,8 @@ unsafe fn q8_block(x: *const f32, qs: *mut u8) -> (f32, i32) {
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn k_quantize_q8_0(nb: usize, x: *const f32, y: *mut u8) {
+#[inline(always)]
+unsafe fn quantize_q8_0_blocks(nb: usize, x: *const f32, y: *mut u8) {
     for i in 0..nb {
         // SAFETY: `nb` blocks of input and output (checked by the wrapper).
         unsafe {
@@ -88,8 +88,8 @@ unsafe fn k_quantize_q8_0(nb: usize, x: *const f32, y: *mut u8) {
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn k_quantize_q8_1(nb: usize, x: *const f32, y: *mut u8) {
+#[inline(always)]
+unsafe fn quantize_q8_1_blocks(nb: usize, x: *const f32, y: *mut u8) {
     for i in 0..nb {
         // SAFETY: `nb` blocks of input and output (checked by the wrapper).
         unsafe {
@@ -104,8 +104,8 @@ unsafe fn k_quantize_q8_1(nb: usize, x: *const f32, y: *mut u8) {
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn k_quantize_q8_k(nb: usize, x: *const f32, y: *mut u8) {
+#[inline(always)]
+unsafe fn quantize_q8_k_blocks(nb: usize, x: *const f32, y: *mut u8) {
     for i in 0..nb {
         // SAFETY: `nb` blocks of input (256 floats) and output (292 bytes), checked by the wrapper.
         unsafe {
@@ -160,30 +160,17 @@ unsafe fn k_quantize_q8_k(nb: usize, x: *const f32, y: *mut u8) {
     }
 }
 
-macro_rules! quantizers {
-    ($($ty:ident, $bs:expr, $k:ident => $f:ident;)*) => {$(
-        pub(crate) fn $f(src: &[f32], dst: &mut [u8]) {
-            assert!(src.len().is_multiple_of($bs), "{} values is not a whole number of blocks", src.len());
-            let nb = src.len() / $bs;
-            assert_eq!(dst.len(), nb * GgmlType::$ty.type_size(), "activation buffer size");
-            // SAFETY: `nb` whole blocks of input and output (checked above); reachable only
-            // through a table handed out after AVX2+FMA+F16C were detected.
-            unsafe { $k(nb, src.as_ptr(), dst.as_mut_ptr()) }
-        }
-    )*};
-}
-
-quantizers! {
-    Q8_0, 32, k_quantize_q8_0 => quantize_q8_0;
-    Q8_1, 32, k_quantize_q8_1 => quantize_q8_1;
-    Q8_K, 256, k_quantize_q8_k => quantize_q8_k;
+kernel_fns! { quantize avx2;
+    Q8_0 => quantize_q8_0 = |nb, x, y| quantize_q8_0_blocks(nb, x, y);
+    Q8_1 => quantize_q8_1 = |nb, x, y| quantize_q8_1_blocks(nb, x, y);
+    Q8_K => quantize_q8_k = |nb, x, y| quantize_q8_k_blocks(nb, x, y);
 }
 
 /// Quantizes `nb` blocks of 32 floats to Q8_0 and writes each in the legacy
 /// panels' prepared form (see [`crate::panel`]): the 32 quants, the f16
 /// scale as f32, and `−Σq · 2^SHIFT`.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn k_quantize_prepared<const SHIFT: u32>(nb: usize, x: *const f32, y: *mut u8) {
+#[inline(always)]
+unsafe fn quantize_prepared_body<const SHIFT: u32>(nb: usize, x: *const f32, y: *mut u8) {
     for i in 0..nb {
         // SAFETY: `nb` blocks of input and output (checked by the wrapper).
         unsafe {
@@ -196,6 +183,13 @@ unsafe fn k_quantize_prepared<const SHIFT: u32>(nb: usize, x: *const f32, y: *mu
                 .cast::<[u8; 4]>()
                 .write_unaligned((-(sum << SHIFT)).to_le_bytes());
         }
+    }
+}
+
+target_fns! { avx2:
+    unsafe fn k_quantize_prepared<const SHIFT: u32>(nb: usize, x: *const f32, y: *mut u8) {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { quantize_prepared_body::<SHIFT>(nb, x, y) }
     }
 }
 

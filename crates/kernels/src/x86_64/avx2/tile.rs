@@ -115,7 +115,7 @@ unsafe fn legacy_step<const S: usize, const H: usize, const SHIFT: i32>(
 /// added at the end — the row kernels' arithmetic, so a token's result does
 /// not depend on its place in a batch. The block's quants and scale are
 /// decoded once for all the group's rows: `H = S / 2` vectors of eight rows,
-/// and for an odd `S` four more (the second result).
+/// and for an odd `S` four more.
 ///
 /// `quants` gives the block's quants as `sums` takes them: signed (with
 /// `SHIFT = 0`), or unsigned `w + 2^SHIFT`, whose offset is taken back
@@ -129,7 +129,7 @@ pub(in crate::x86_64) unsafe fn legacy_tile<const S: usize, const H: usize, cons
     packed: *const u8,
     quants: unsafe fn(*const u8) -> __m256i,
     sets: SetSums<S>,
-) -> ([[f32; 8]; H], [f32; 4]) {
+) -> [[f32; 4]; S] {
     const { assert!(S == 2 * H || S == 2 * H + 1) };
     // SAFETY: the wrappers checked `nb` weight blocks and `nb` packed block groups;
     // the callers enable AVX2/FMA/F16C and whatever `sums` needs.
@@ -152,28 +152,30 @@ pub(in crate::x86_64) unsafe fn legacy_tile<const S: usize, const H: usize, cons
             let (x, y) = block(i);
             legacy_step::<S, H, SHIFT>(x, wsize, y, quants, sets, &mut even, &mut even_last);
         }
-        let mut out = [[0.0f32; 8]; H];
+        let mut out = [[0.0f32; 4]; S];
+        let o = out.as_mut_ptr().cast::<f32>();
         for h in 0..H {
-            _mm256_storeu_ps(out[h].as_mut_ptr(), _mm256_add_ps(even[h], odd[h]));
+            _mm256_storeu_ps(o.add(8 * h), _mm256_add_ps(even[h], odd[h]));
         }
-        let mut last = [0.0f32; 4];
-        _mm_storeu_ps(last.as_mut_ptr(), _mm_add_ps(even_last, odd_last));
-        (out, last)
+        if S > 2 * H {
+            _mm_storeu_ps(o.add(8 * H), _mm_add_ps(even_last, odd_last));
+        }
+        out
     }
 }
 
-legacy_tile_fns! {
-    "avx2,fma,f16c";
+kernel_fns! { tiles avx2, Q8_0;
     // Q8_0's unsigned quants reach 255: `maddubs` would saturate, so the sign trick.
-    Q8_0, 34, q8_0_quants, 0, signed_sets,
-        k_q8_0_x16 => tile16_q8_0, k_q8_0_x12 => tile12_q8_0, k_q8_0_x8 => tile8_q8_0,
-        k_q8_0_t4 => tile4_q8_0;
-    Q4_0, 18, q4_0_unsigned, 3, narrow_sets,
-        k_q4_0_x16 => tile16_q4_0, k_q4_0_x12 => tile12_q4_0, k_q4_0_x8 => tile8_q4_0,
-        k_q4_0_t4 => tile4_q4_0;
-    Q5_0, 22, q5_0_unsigned, 4, narrow_sets,
-        k_q5_0_x16 => tile16_q5_0, k_q5_0_x12 => tile12_q5_0, k_q5_0_x8 => tile8_q5_0,
-        k_q5_0_t4 => tile4_q5_0;
+    Q8_0 => tile16_q8_0: 4, tile12_q8_0: 3, tile8_q8_0: 2, tile4_q8_0: 1
+        = |nb, w, packed| legacy_tile::<S, H, 0>(nb, w, 34, packed, q8_0_quants, signed_sets::<S>);
+    Q4_0 => tile16_q4_0: 4, tile12_q4_0: 3, tile8_q4_0: 2, tile4_q4_0: 1
+        = |nb, w, packed| {
+            legacy_tile::<S, H, 3>(nb, w, 18, packed, q4_0_unsigned, narrow_sets::<S>)
+        };
+    Q5_0 => tile16_q5_0: 4, tile12_q5_0: 3, tile8_q5_0: 2, tile4_q5_0: 1
+        = |nb, w, packed| {
+            legacy_tile::<S, H, 4>(nb, w, 22, packed, q5_0_unsigned, narrow_sets::<S>)
+        };
 }
 
 /// One 32-value unit of `S` packed sets of four Q8_K rows against unsigned
@@ -412,12 +414,11 @@ pub(in crate::x86_64) unsafe fn q6_k_tile<const S: usize>(
     }
 }
 
-k_tiles! {
-    "avx2,fma,f16c";
-    Q4_K: q4_k_tile(q4_k_unit), k_q4_k_x16 => tile16_q4_k, k_q4_k_x12 => tile12_q4_k,
-        k_q4_k_x8 => tile8_q4_k, k_q4_k_t4 => tile4_q4_k;
-    Q5_K: q5_k_tile(q4_k_unit), k_q5_k_x16 => tile16_q5_k, k_q5_k_x12 => tile12_q5_k,
-        k_q5_k_x8 => tile8_q5_k, k_q5_k_t4 => tile4_q5_k;
-    Q6_K: q6_k_tile(q6_k_unit), k_q6_k_x16 => tile16_q6_k, k_q6_k_x12 => tile12_q6_k,
-        k_q6_k_x8 => tile8_q6_k, k_q6_k_t4 => tile4_q6_k;
+kernel_fns! { tiles avx2, Q8_K;
+    Q4_K => tile16_q4_k: 4, tile12_q4_k: 3, tile8_q4_k: 2, tile4_q4_k: 1
+        = |nb, w, packed| q4_k_tile::<S>(nb, w, packed, q4_k_unit::<S>);
+    Q5_K => tile16_q5_k: 4, tile12_q5_k: 3, tile8_q5_k: 2, tile4_q5_k: 1
+        = |nb, w, packed| q5_k_tile::<S>(nb, w, packed, q4_k_unit::<S>);
+    Q6_K => tile16_q6_k: 4, tile12_q6_k: 3, tile8_q6_k: 2, tile4_q6_k: 1
+        = |nb, w, packed| q6_k_tile::<S>(nb, w, packed, q6_k_unit::<S>);
 }

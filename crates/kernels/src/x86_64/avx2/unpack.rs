@@ -2,7 +2,6 @@
 //! (sixteen rows side by side, as the AVX2 panel kernels read them).
 
 use super::*;
-use crate::panel::PANEL_ROWS;
 
 /// Eight rows of eight dwords transposed: lane `r` of `o[d]` is lane `d` of
 /// `v[r]` (dword `d` of row `r`), in 24 shuffles.
@@ -57,10 +56,10 @@ unsafe fn scales_f32(rows: *const u8, rb: usize, wsize: usize, i: usize, dst: *m
 /// The quants of block `i` of sixteen Q8_0 rows (`rb` bytes apart) as the
 /// i16 panel's pairs: each row sign-extended to two vectors of eight pairs,
 /// transposed eight rows at a time.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn k_unpack_q8_0_i16(rows: *const u8, rb: usize, i: usize, dst: *mut u8) {
+#[inline(always)]
+unsafe fn unpack_q8_0_i16_block(rows: *const u8, rb: usize, i: usize, dst: *mut u8) {
     // SAFETY: sixteen rows of at least `i + 1` blocks and a whole panel block
-    // at `dst` (the wrapper's checks); AVX2 is enabled.
+    // at `dst` (the wrapper's checks); AVX2 is enabled in the callers.
     unsafe {
         for h in 0..2 {
             let (mut lo, mut hi) = ([_mm256_setzero_si256(); 8], [_mm256_setzero_si256(); 8]);
@@ -91,7 +90,7 @@ unsafe fn unpack_legacy_block(
     quants: unsafe fn(*const u8) -> __m256i,
     dst: *mut u8,
 ) {
-    // SAFETY: as for `k_unpack_q8_0_i16`, with legacy rows and panel block.
+    // SAFETY: as for `unpack_q8_0_i16_block`, with legacy rows and panel block.
     unsafe {
         for h in 0..2 {
             let v: [__m256i; 8] =
@@ -104,23 +103,12 @@ unsafe fn unpack_legacy_block(
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn k_unpack_q4_0(rows: *const u8, rb: usize, i: usize, dst: *mut u8) {
-    // SAFETY: forwarded from the wrapper's checks.
-    unsafe { unpack_legacy_block(rows, rb, 18, i, q4_0_unsigned, dst) }
-}
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn k_unpack_q5_0(rows: *const u8, rb: usize, i: usize, dst: *mut u8) {
-    // SAFETY: forwarded from the wrapper's checks.
-    unsafe { unpack_legacy_block(rows, rb, 22, i, q5_0_unsigned, dst) }
-}
-
 /// The quants of block `i` of sixteen Q4_K rows into panel block `dst`:
 /// each row's 32-byte chunk `j` as low nibbles (sub-block `2j`) and high
 /// ones (`2j + 1`), transposed eight rows at a time.
-#[target_feature(enable = "avx2,fma")]
-unsafe fn k_unpack_q4_k(rows: *const u8, rb: usize, i: usize, dst: *mut u8) {
-    // SAFETY: as for `k_unpack_q8_0_i16`, with Q4_K rows and panel block.
+#[inline(always)]
+unsafe fn unpack_q4_k_block(rows: *const u8, rb: usize, i: usize, dst: *mut u8) {
+    // SAFETY: as for `unpack_q8_0_i16_block`, with Q4_K rows and panel block.
     unsafe {
         let m4 = _mm256_set1_epi8(0x0F);
         for h in 0..2 {
@@ -144,9 +132,9 @@ unsafe fn k_unpack_q4_k(rows: *const u8, rb: usize, i: usize, dst: *mut u8) {
 /// The quants of block `i` of sixteen Q6_K rows as `q − 32` into panel
 /// block `dst`, and the rows' `Σ_s scale_s · (−128 · Σ(q − 32))` from the
 /// scales already there.
-#[target_feature(enable = "avx2,fma")]
-unsafe fn k_unpack_q6_k(rows: *const u8, rb: usize, i: usize, dst: *mut u8) {
-    // SAFETY: as for `k_unpack_q8_0_i16`, with Q6_K rows and panel block.
+#[inline(always)]
+unsafe fn unpack_q6_k_block(rows: *const u8, rb: usize, i: usize, dst: *mut u8) {
+    // SAFETY: as for `unpack_q8_0_i16_block`, with Q6_K rows and panel block.
     unsafe {
         let (m4, m2, b32) = (
             _mm256_set1_epi8(0x0F),
@@ -201,44 +189,17 @@ unsafe fn k_unpack_q6_k(rows: *const u8, rb: usize, i: usize, dst: *mut u8) {
     }
 }
 
-macro_rules! avx2_unpackers {
-    ($($ty:ident, $size:expr, $block:ident, $k:ident => $f:ident, $reference:ident: $meta:expr;)*) => {$(
-        /// [`crate::panel`]'s unpacker of this type for whole panels with AVX2
-        /// (partial ones take the reference): the K-quants' per-row scales
-        /// through `$meta`, then the quants (and the legacy scales) in vectors.
-        pub(crate) fn $f(cols: usize, rows: &[u8], out: &mut [u8]) {
-            use crate::panel::$block;
-            let (nb, given) = crate::panel::panel_shape(GgmlType::$ty, cols, rows, out, $block);
-            if given < PANEL_ROWS {
-                return crate::panel::$reference(cols, rows, out);
-            }
-            let rb = nb * $size;
-            let meta: fn(&[u8], usize, usize, &mut [u8; $block]) = $meta;
-            for (i, dst) in out.chunks_exact_mut($block).enumerate() {
-                let dst: &mut [u8; $block] = dst.try_into().unwrap();
-                meta(rows, rb, i, dst);
-                // SAFETY: sixteen whole rows of `nb > i` blocks and a whole panel block
-                // (checked above); reachable only through the AVX2 table, handed out
-                // after AVX2, FMA and F16C were detected.
-                unsafe { $k(rows.as_ptr(), rb, i, dst.as_mut_ptr()) };
-            }
-        }
-    )*};
-}
-
-avx2_unpackers! {
-    Q8_0, 34, Q8_0_I16_BLOCK, k_unpack_q8_0_i16 => unpack_q8_0_i16, unpack_q8_0_i16:
-        |_, _, _, _| {};
-    Q4_0, 18, LEGACY_BLOCK, k_unpack_q4_0 => unpack_q4_0, unpack_q4_0:
-        |_, _, _, _| {};
-    Q5_0, 22, LEGACY_BLOCK, k_unpack_q5_0 => unpack_q5_0, unpack_q5_0:
-        |_, _, _, _| {};
-    Q4_K, 144, Q4_K_BLOCK, k_unpack_q4_k => unpack_q4_k, unpack_q4_k:
-        |rows: &[u8], rb, i, dst: &mut [u8; Q4_K_BLOCK]| for r in 0..PANEL_ROWS {
-            crate::panel::q4_k_meta(r, rows[r * rb + 144 * i..][..144].try_into().unwrap(), dst);
-        };
-    Q6_K, 210, Q6_K_BLOCK, k_unpack_q6_k => unpack_q6_k, unpack_q6_k:
-        |rows: &[u8], rb, i, dst: &mut [u8; Q6_K_BLOCK]| for r in 0..PANEL_ROWS {
-            crate::panel::q6_k_meta(r, rows[r * rb + 210 * i..][..210].try_into().unwrap(), dst);
-        };
+kernel_fns! { unpack avx2;
+    Q8_0, 34, Q8_0_I16_BLOCK => unpack_q8_0_i16
+        = |rows, rb, i, dst| unpack_q8_0_i16_block(rows, rb, i, dst), meta: |_, _, _, _| {};
+    Q4_0, 18, LEGACY_BLOCK => unpack_q4_0
+        = |rows, rb, i, dst| unpack_legacy_block(rows, rb, 18, i, q4_0_unsigned, dst),
+        meta: |_, _, _, _| {};
+    Q5_0, 22, LEGACY_BLOCK => unpack_q5_0
+        = |rows, rb, i, dst| unpack_legacy_block(rows, rb, 22, i, q5_0_unsigned, dst),
+        meta: |_, _, _, _| {};
+    Q4_K, 144, Q4_K_BLOCK => unpack_q4_k = |rows, rb, i, dst| unpack_q4_k_block(rows, rb, i, dst),
+        meta: |rows, rb, i, dst| rows_meta(rows, rb, i, dst, crate::panel::q4_k_meta);
+    Q6_K, 210, Q6_K_BLOCK => unpack_q6_k = |rows, rb, i, dst| unpack_q6_k_block(rows, rb, i, dst),
+        meta: |rows, rb, i, dst| rows_meta(rows, rb, i, dst, crate::panel::q6_k_meta);
 }

@@ -48,8 +48,8 @@ unsafe fn exp_ps16(x: __m512) -> __m512 {
 
 /// [`crate::ops::gelu_mul`] in 16 lanes: AVX2's `k_gelu_mul` operation for
 /// operation, so the same bits, in half the instructions (see [`k_silu_mul`]).
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn k_gelu_mul(n: usize, gate: *mut f32, up: *const f32) {
+#[inline(always)]
+unsafe fn gelu_mul_body(n: usize, gate: *mut f32, up: *const f32) {
     // SAFETY: the wrapper checked `n` values in both slices; AVX-512 F is enabled.
     unsafe {
         let (c, a) = (_mm512_set1_ps(0.797_884_6), _mm512_set1_ps(0.044_715));
@@ -66,11 +66,18 @@ unsafe fn k_gelu_mul(n: usize, gate: *mut f32, up: *const f32) {
     }
 }
 
+target_fns! { avx512:
+    unsafe fn k_gelu_mul(n: usize, gate: *mut f32, up: *const f32) {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { gelu_mul_body(n, gate, up) }
+    }
+}
+
 /// [`crate::ops::silu_mul`] in 16 lanes, the same bits as AVX2's: a decoded
 /// token's serial SiLU·mul is bound by the division and the `exp` chain, so
 /// twice the lanes halve it.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn k_silu_mul(n: usize, gate: *mut f32, up: *const f32) {
+#[inline(always)]
+unsafe fn silu_mul_body(n: usize, gate: *mut f32, up: *const f32) {
     // SAFETY: the wrapper checked `n` values in both slices; AVX-512 F is enabled.
     unsafe {
         let one = _mm512_set1_ps(1.0);
@@ -81,6 +88,13 @@ unsafe fn k_silu_mul(n: usize, gate: *mut f32, up: *const f32) {
             let s = _mm512_div_ps(g, _mm512_add_ps(one, exp_ps16(minus_g)));
             _mm512_storeu_ps(gate.add(i), _mm512_mul_ps(s, _mm512_loadu_ps(up.add(i))));
         }
+    }
+}
+
+target_fns! { avx512:
+    unsafe fn k_silu_mul(n: usize, gate: *mut f32, up: *const f32) {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { silu_mul_body(n, gate, up) }
     }
 }
 

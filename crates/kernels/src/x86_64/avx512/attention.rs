@@ -214,10 +214,13 @@ unsafe fn attend16<const R: usize, const ESIZE: usize>(
     }
 }
 
-attend_fns! {
-    "avx2,fma,f16c,avx512f,avx512vl", attend16;
-    ATTEND16_F32: 4, LOADS_F32 => z_attend1_f32: 1, z_attend2_f32: 2, z_attend3_f32: 3, z_attend4_f32: 4;
-    ATTEND16_F16: 2, LOADS_F16 => z_attend1_f16: 1, z_attend2_f16: 2, z_attend3_f16: 3, z_attend4_f16: 4;
+kernel_fns! { attend avx512vl, attend16;
+    ATTEND16_F32: 4, LOADS_F32 =>
+        z_attend1_f32: 1, z_attend2_f32: 2,
+        z_attend3_f32: 3, z_attend4_f32: 4;
+    ATTEND16_F16: 2, LOADS_F16 =>
+        z_attend1_f16: 1, z_attend2_f16: 2,
+        z_attend3_f16: 3, z_attend4_f16: 4;
 }
 
 /// [`crate::attention::AttendFn`] in 512-bit vectors (head dimension a

@@ -127,38 +127,8 @@ unsafe fn q6_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f
     }
 }
 
-macro_rules! k_kernels {
-    ($($ty:ident: $body:ident => $k1:ident, $k4:ident, $one:ident, $x4:ident;)*) => {$(
-        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-        unsafe fn $k1(nb: usize, w: *const u8, a: [*const u8; 1]) -> [f32; 1] {
-            // SAFETY: forwarded from the wrapper's checks.
-            unsafe { $body::<1>(nb, w, a) }
-        }
-        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-        unsafe fn $k4(nb: usize, w: *const u8, a: [*const u8; 4]) -> [f32; 4] {
-            // SAFETY: forwarded from the wrapper's checks.
-            unsafe { $body::<4>(nb, w, a) }
-        }
-        pub(crate) fn $one(n: usize, w: &[u8], a: &[u8]) -> f32 {
-            let nb = row_blocks(GgmlType::$ty, n, w);
-            row_blocks(GgmlType::Q8_K, n, a);
-            // SAFETY: both rows hold `nb` blocks (checked above); reachable only through
-            // the AVX512 table, handed out after AVX-512 F/BW/VL + VNNI were detected.
-            unsafe { $k1(nb, w.as_ptr(), [a.as_ptr()])[0] }
-        }
-        pub(crate) fn $x4(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
-            let nb = row_blocks(GgmlType::$ty, n, w);
-            for c in a {
-                row_blocks(GgmlType::Q8_K, n, c);
-            }
-            // SAFETY: as for the row kernel; all five rows hold `nb` blocks.
-            unsafe { $k4(nb, w.as_ptr(), a.map(<[u8]>::as_ptr)) }
-        }
-    )*};
-}
-
 // The K-quant tiles are AVX2's (see the AVX512 table).
-k_kernels! {
-    Q4_K: q4_k => k_q4_k, k_q4_k_x4, vec_dot_q4_k, vec_dot_x4_q4_k;
-    Q6_K: q6_k => k_q6_k, k_q6_k_x4, vec_dot_q6_k, vec_dot_x4_q6_k;
+kernel_fns! { dot avx512;
+    Q4_K, Q8_K => vec_dot_q4_k, vec_dot_x4_q4_k = |nb, w, a| q4_k::<N>(nb, w, a);
+    Q6_K, Q8_K => vec_dot_q6_k, vec_dot_x4_q6_k = |nb, w, a| q6_k::<N>(nb, w, a);
 }

@@ -11,9 +11,8 @@
 // 512-bit kernels.
 use super::avx2::{AttendKernel, KeyRows, legacy_tile, q4_k_tile, q6_k_tile};
 use super::common::*;
-use crate::GgmlType;
 use crate::prefetch::stream_ahead;
-use crate::scalar::{k4_scales_mins, row_blocks, rows8_blocks};
+use crate::scalar::k4_scales_mins;
 use core::arch::x86_64::*;
 
 mod activation;

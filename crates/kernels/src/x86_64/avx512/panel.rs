@@ -132,78 +132,28 @@ unsafe fn legacy_panel<const T: usize, const FORM: u8>(
     }
 }
 
-macro_rules! panel_fns {
-    ($($ty:literal, $values:literal: $body:ident[$form:expr], $block:expr, $act:expr,
-       $kw:ident => $wide:ident, $kn:ident => $narrow:ident;)*) => {$(
-        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-        unsafe fn $kw(nb: usize, panel: *const u8, acts: *const u8, arow: usize, out: *mut f32) {
-            // SAFETY: forwarded from the wrapper's checks.
-            unsafe { $body::<{ crate::panel::PANEL_TOKENS }, { $form }>(nb, panel, acts, arow, out) }
-        }
-        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-        unsafe fn $kn(nb: usize, panel: *const u8, acts: *const u8, arow: usize, out: *mut f32) {
-            // SAFETY: forwarded from the wrapper's checks.
-            unsafe { $body::<{ crate::panel::PANEL_TOKENS / 2 }, { $form }>(nb, panel, acts, arow, out) }
-        }
-        pub(crate) fn $wide(cols: usize, panel: &[u8], acts: &[u8], out: &mut [f32]) {
-            let (nb, arow) = panel_call($ty, $values, cols, panel, $block, acts, $act, out, crate::panel::PANEL_TOKENS);
-            // SAFETY: `nb` panel blocks, the tokens' prepared rows and their outputs
-            // (checked above); reachable only through the AVX512 table, handed out
-            // after AVX-512 F/BW/VL + VNNI were detected.
-            unsafe { $kw(nb, panel.as_ptr(), acts.as_ptr(), arow, out.as_mut_ptr()) }
-        }
-        pub(crate) fn $narrow(cols: usize, panel: &[u8], acts: &[u8], out: &mut [f32]) {
-            let (nb, arow) = panel_call($ty, $values, cols, panel, $block, acts, $act, out, crate::panel::PANEL_TOKENS / 2);
-            // SAFETY: as for the wide kernel, with half the tokens.
-            unsafe { $kn(nb, panel.as_ptr(), acts.as_ptr(), arow, out.as_mut_ptr()) }
-        }
-    )*};
-}
-
-/// Checks a panel call's buffers; returns (blocks, prepared row bytes).
-/// Shared with the AVX2 panels, whose layouts are these.
-#[allow(clippy::too_many_arguments)]
-pub(in crate::x86_64) fn panel_call(
-    ty: &str,
-    bs: usize,
-    cols: usize,
-    panel: &[u8],
-    block: usize,
-    acts: &[u8],
-    act_block: usize,
-    out: &[f32],
-    tokens: usize,
-) -> (usize, usize) {
-    assert!(
-        cols.is_multiple_of(bs),
-        "{ty}: {cols} values is not whole blocks"
-    );
-    let nb = cols / bs;
-    assert_eq!(panel.len(), nb * block, "{ty} panel size");
-    assert_eq!(
-        acts.len(),
-        tokens * nb * act_block,
-        "{ty} prepared rows size"
-    );
-    assert_eq!(out.len(), 16 * tokens, "{ty} panel output size");
-    (nb, nb * act_block)
-}
-
 // One legacy kernel serves Q8_0, Q4_0 and Q5_0: their panels differ only
 // in how they were unpacked.
-panel_fns! {
-    "legacy", 32: legacy_panel[UNPACKED], crate::panel::LEGACY_BLOCK, crate::panel::LEGACY_ACT,
-        k_panel8_legacy => panel8_legacy, k_panel4_legacy => panel4_legacy;
-    "stored Q8_0", 32: legacy_panel[STORED_Q8_0], crate::panel::STORED_Q8_0_BLOCK, crate::panel::LEGACY_ACT,
-        k_panel8_stored_q8_0 => panel8_stored_q8_0, k_panel4_stored_q8_0 => panel4_stored_q8_0;
-    "stored Q5_0", 32: legacy_panel[STORED_Q5_0], crate::panel::STORED_Q5_0_BLOCK, crate::panel::LEGACY_ACT,
-        k_panel8_stored_q5_0 => panel8_stored_q5_0, k_panel4_stored_q5_0 => panel4_stored_q5_0;
-    "Q4_K", 256: q4_k_panel[false], crate::panel::Q4_K_BLOCK, crate::panel::Q4_K_ACT,
-        k_panel8_q4_k => panel8_q4_k, k_panel4_q4_k => panel4_q4_k;
-    "stored Q4_K", 256: q4_k_panel[true], crate::panel::STORED_Q4_K_BLOCK, crate::panel::Q4_K_ACT,
-        k_panel8_stored_q4_k => panel8_stored_q4_k, k_panel4_stored_q4_k => panel4_stored_q4_k;
-    "Q6_K", 256: q6_k_panel[false], crate::panel::Q6_K_BLOCK, crate::panel::Q6_K_ACT,
-        k_panel8_q6_k => panel8_q6_k, k_panel4_q6_k => panel4_q6_k;
-    "stored Q6_K", 256: q6_k_panel[true], crate::panel::STORED_Q6_K_BLOCK, crate::panel::Q6_K_ACT,
-        k_panel8_stored_q6_k => panel8_stored_q6_k, k_panel4_stored_q6_k => panel4_stored_q6_k;
+kernel_fns! { panels avx512;
+    "legacy", 32, crate::panel::LEGACY_BLOCK, crate::panel::LEGACY_ACT
+        => panel8_legacy, panel4_legacy
+        = |nb, panel, acts, arow, out| legacy_panel::<T, UNPACKED>(nb, panel, acts, arow, out);
+    "stored Q8_0", 32, crate::panel::STORED_Q8_0_BLOCK, crate::panel::LEGACY_ACT
+        => panel8_stored_q8_0, panel4_stored_q8_0
+        = |nb, panel, acts, arow, out| legacy_panel::<T, STORED_Q8_0>(nb, panel, acts, arow, out);
+    "stored Q5_0", 32, crate::panel::STORED_Q5_0_BLOCK, crate::panel::LEGACY_ACT
+        => panel8_stored_q5_0, panel4_stored_q5_0
+        = |nb, panel, acts, arow, out| legacy_panel::<T, STORED_Q5_0>(nb, panel, acts, arow, out);
+    "Q4_K", 256, crate::panel::Q4_K_BLOCK, crate::panel::Q4_K_ACT
+        => panel8_q4_k, panel4_q4_k
+        = |nb, panel, acts, arow, out| q4_k_panel::<T, false>(nb, panel, acts, arow, out);
+    "stored Q4_K", 256, crate::panel::STORED_Q4_K_BLOCK, crate::panel::Q4_K_ACT
+        => panel8_stored_q4_k, panel4_stored_q4_k
+        = |nb, panel, acts, arow, out| q4_k_panel::<T, true>(nb, panel, acts, arow, out);
+    "Q6_K", 256, crate::panel::Q6_K_BLOCK, crate::panel::Q6_K_ACT
+        => panel8_q6_k, panel4_q6_k
+        = |nb, panel, acts, arow, out| q6_k_panel::<T, false>(nb, panel, acts, arow, out);
+    "stored Q6_K", 256, crate::panel::STORED_Q6_K_BLOCK, crate::panel::Q6_K_ACT
+        => panel8_stored_q6_k, panel4_stored_q6_k
+        = |nb, panel, acts, arow, out| q6_k_panel::<T, true>(nb, panel, acts, arow, out);
 }

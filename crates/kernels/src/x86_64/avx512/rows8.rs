@@ -150,27 +150,14 @@ unsafe fn scales8(x: [*const u8; 8]) -> __m256 {
     }
 }
 
-macro_rules! legacy_rows8_fns {
-    ($($ty:ident, $size:expr, $shift:expr, $decode:ident, $k:ident => $f:ident;)*) => {$(
-        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-        unsafe fn $k(nb: usize, w: *const u8, stride: usize, a: *const u8) -> [f32; 8] {
-            // SAFETY: forwarded from the wrapper's checks.
-            unsafe { legacy_rows8_vnni(nb, w, stride, $size, a, $shift, $decode) }
-        }
-        pub(crate) fn $f(n: usize, w: &[u8], a: &[u8]) -> [f32; 8] {
-            let (nb, stride) = rows8_blocks(GgmlType::$ty, GgmlType::Q8_0, n, w, a);
-            // SAFETY: eight rows of `nb` blocks, `stride` bytes apart, and an activation
-            // row of `nb` blocks (checked above); reachable only through the AVX512
-            // table, handed out after AVX-512 F/BW/VL + VNNI were detected.
-            unsafe { $k(nb, w.as_ptr(), stride, a.as_ptr()) }
-        }
-    )*};
-}
-
-legacy_rows8_fns! {
-    Q4_0, 18, 3, q4_0_lanes, k_q4_0_rows8 => vec_dot_rows8_q4_0;
-    Q5_0, 22, 4, q5_0_lanes, k_q5_0_rows8 => vec_dot_rows8_q5_0;
-    Q8_0, 34, 7, q8_0_lanes, k_q8_0_rows8 => vec_dot_rows8_q8_0;
+kernel_fns! { rows8 avx512;
+    Q4_0, Q8_0 => vec_dot_rows8_q4_0
+        = |nb, w, stride, a| legacy_rows8_vnni(nb, w, stride, 18, a, 3, q4_0_lanes);
+    Q5_0, Q8_0 => vec_dot_rows8_q5_0
+        = |nb, w, stride, a| legacy_rows8_vnni(nb, w, stride, 22, a, 4, q5_0_lanes);
+    Q8_0, Q8_0 => vec_dot_rows8_q8_0
+        = |nb, w, stride, a| legacy_rows8_vnni(nb, w, stride, 34, a, 7, q8_0_lanes);
+    Q4_K, Q8_K => vec_dot_rows8_q4_k = |nb, w, stride, a| q4_k_rows8(nb, w, stride, a);
 }
 
 /// Sixteen dwords of each of eight vectors summed: `[Σv0, …, Σv7]`.
@@ -277,18 +264,4 @@ unsafe fn q4_k_rows8(nb: usize, w: *const u8, stride: usize, a: *const u8) -> [f
         _mm256_storeu_ps(out.as_mut_ptr(), _mm256_sub_ps(acc, accm));
         out
     }
-}
-
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn k_q4_k_rows8(nb: usize, w: *const u8, stride: usize, a: *const u8) -> [f32; 8] {
-    // SAFETY: forwarded from the wrapper's checks.
-    unsafe { q4_k_rows8(nb, w, stride, a) }
-}
-
-pub(crate) fn vec_dot_rows8_q4_k(n: usize, w: &[u8], a: &[u8]) -> [f32; 8] {
-    let (nb, stride) = rows8_blocks(GgmlType::Q4_K, GgmlType::Q8_K, n, w, a);
-    // SAFETY: eight rows of `nb` blocks, `stride` bytes apart, and an activation row
-    // of `nb` blocks (checked above); reachable only through the AVX512 table, handed
-    // out after AVX-512 F/BW/VL + VNNI were detected.
-    unsafe { k_q4_k_rows8(nb, w.as_ptr(), stride, a.as_ptr()) }
 }

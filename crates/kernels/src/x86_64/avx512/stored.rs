@@ -37,34 +37,36 @@ unsafe fn stored_single<const FORM: u8>(
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn k_stored_single_q8_0(
-    nb: usize,
-    panels: *const u8,
-    n: usize,
-    act: *const u8,
-    out: *mut f32,
-    ahead: usize,
-) {
-    // SAFETY: forwarded from the wrapper's checks.
-    unsafe { stored_single::<STORED_Q8_0>(nb, panels, n, act, out, ahead) }
+target_fns! { avx512:
+    unsafe fn k_stored_single_q8_0(
+        nb: usize,
+        panels: *const u8,
+        n: usize,
+        act: *const u8,
+        out: *mut f32,
+        ahead: usize,
+    ) {
+        // SAFETY: forwarded from the wrapper's checks.
+        unsafe { stored_single::<STORED_Q8_0>(nb, panels, n, act, out, ahead) }
+    }
 }
 
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn k_stored_single_q5_0(
-    nb: usize,
-    panels: *const u8,
-    n: usize,
-    act: *const u8,
-    out: *mut f32,
-    ahead: usize,
-) {
-    // SAFETY: forwarded from the wrapper's checks.
-    unsafe { stored_single::<STORED_Q5_0>(nb, panels, n, act, out, ahead) }
+target_fns! { avx512:
+    unsafe fn k_stored_single_q5_0(
+        nb: usize,
+        panels: *const u8,
+        n: usize,
+        act: *const u8,
+        out: *mut f32,
+        ahead: usize,
+    ) {
+        // SAFETY: forwarded from the wrapper's checks.
+        unsafe { stored_single::<STORED_Q5_0>(nb, panels, n, act, out, ahead) }
+    }
 }
 
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn k_unpack_stored_q5_0(nb: usize, panel: *const u8, out: *mut u8) {
+#[inline(always)]
+unsafe fn unpack_stored_q5_0_body(nb: usize, panel: *const u8, out: *mut u8) {
     use crate::panel::{LEGACY_BLOCK, STORED_Q5_0_BLOCK};
     // SAFETY: `nb` stored blocks in and `nb` legacy blocks out (the wrapper's
     // checks); the features are enabled.
@@ -80,8 +82,15 @@ unsafe fn k_unpack_stored_q5_0(nb: usize, panel: *const u8, out: *mut u8) {
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn k_stored_single_q4_k(
+target_fns! { avx512:
+    unsafe fn k_unpack_stored_q5_0(nb: usize, panel: *const u8, out: *mut u8) {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { unpack_stored_q5_0_body(nb, panel, out) }
+    }
+}
+
+#[inline(always)]
+unsafe fn stored_single_q4_k_body(
     nb: usize,
     panels: *const u8,
     n: usize,
@@ -100,8 +109,22 @@ unsafe fn k_stored_single_q4_k(
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn k_unpack_stored_q4_k(nb: usize, panel: *const u8, out: *mut u8) {
+target_fns! { avx512:
+    unsafe fn k_stored_single_q4_k(
+        nb: usize,
+        panels: *const u8,
+        n: usize,
+        act: *const u8,
+        out: *mut f32,
+        ahead: usize,
+    ) {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { stored_single_q4_k_body(nb, panels, n, act, out, ahead) }
+    }
+}
+
+#[inline(always)]
+unsafe fn unpack_stored_q4_k_body(nb: usize, panel: *const u8, out: *mut u8) {
     use crate::panel::{Q4_K_BLOCK, STORED_Q4_K_BLOCK};
     // SAFETY: `nb` stored super-blocks in and `nb` panel super-blocks out (the
     // wrapper's checks); the features are enabled.
@@ -129,6 +152,13 @@ unsafe fn k_unpack_stored_q4_k(nb: usize, panel: *const u8, out: *mut u8) {
             _mm512_storeu_ps(dst.add(4864).cast(), load16_f16(p.add(2240)));
             _mm512_storeu_ps(dst.add(4928).cast(), load16_f16(p.add(2272)));
         }
+    }
+}
+
+target_fns! { avx512:
+    unsafe fn k_unpack_stored_q4_k(nb: usize, panel: *const u8, out: *mut u8) {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { unpack_stored_q4_k_body(nb, panel, out) }
     }
 }
 
@@ -289,8 +319,8 @@ const Q6_K_SINGLE_CHUNK: usize = 16;
 /// [`Q6_K_SINGLE_CHUNK`] super-blocks, then broadcast from memory; longer
 /// rows go in chunks, each panel's accumulator kept in `out` between
 /// them (the same additions in the same order).
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn k_stored_single_q6_k(
+#[inline(always)]
+unsafe fn stored_single_q6_k_body(
     nb: usize,
     panels: *const u8,
     n: usize,
@@ -355,8 +385,22 @@ unsafe fn k_stored_single_q6_k(
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn k_unpack_stored_q6_k(nb: usize, panel: *const u8, out: *mut u8) {
+target_fns! { avx512:
+    unsafe fn k_stored_single_q6_k(
+        nb: usize,
+        panels: *const u8,
+        n: usize,
+        act: *const u8,
+        out: *mut f32,
+        ahead: usize,
+    ) {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { stored_single_q6_k_body(nb, panels, n, act, out, ahead) }
+    }
+}
+
+#[inline(always)]
+unsafe fn unpack_stored_q6_k_body(nb: usize, panel: *const u8, out: *mut u8) {
     use crate::panel::{Q6_K_BLOCK, STORED_Q6_K_BLOCK};
     // SAFETY: `nb` stored super-blocks in and `nb` panel super-blocks out (the
     // wrapper's checks); the features are enabled.
@@ -376,5 +420,12 @@ unsafe fn k_unpack_stored_q6_k(nb: usize, panel: *const u8, out: *mut u8) {
             store512(dst.add(5120), offset);
             _mm512_storeu_ps(dst.add(5184).cast(), load16_f16(p.add(3328)));
         }
+    }
+}
+
+target_fns! { avx512:
+    unsafe fn k_unpack_stored_q6_k(nb: usize, panel: *const u8, out: *mut u8) {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { unpack_stored_q6_k_body(nb, panel, out) }
     }
 }

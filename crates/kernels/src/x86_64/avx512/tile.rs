@@ -24,17 +24,13 @@ unsafe fn vnni_sets<const S: usize>(q: __m256i, y: *const u8, init: [__m256i; S]
 }
 // The same exact block sums as the AVX2 tiles (so the same bits), with every
 // weight type made unsigned.
-legacy_tile_fns! {
-    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni";
-    Q8_0, 34, q8_0_unsigned, 7, vnni_sets,
-        k_q8_0_x16 => tile16_q8_0, k_q8_0_x12 => tile12_q8_0, k_q8_0_x8 => tile8_q8_0,
-        k_q8_0_t4 => tile4_q8_0;
-    Q4_0, 18, q4_0_unsigned, 3, vnni_sets,
-        k_q4_0_x16 => tile16_q4_0, k_q4_0_x12 => tile12_q4_0, k_q4_0_x8 => tile8_q4_0,
-        k_q4_0_t4 => tile4_q4_0;
-    Q5_0, 22, q5_0_unsigned, 4, vnni_sets,
-        k_q5_0_x16 => tile16_q5_0, k_q5_0_x12 => tile12_q5_0, k_q5_0_x8 => tile8_q5_0,
-        k_q5_0_t4 => tile4_q5_0;
+kernel_fns! { tiles avx512, Q8_0;
+    Q8_0 => tile16_q8_0: 4, tile12_q8_0: 3, tile8_q8_0: 2, tile4_q8_0: 1
+        = |nb, w, packed| legacy_tile::<S, H, 7>(nb, w, 34, packed, q8_0_unsigned, vnni_sets::<S>);
+    Q4_0 => tile16_q4_0: 4, tile12_q4_0: 3, tile8_q4_0: 2, tile4_q4_0: 1
+        = |nb, w, packed| legacy_tile::<S, H, 3>(nb, w, 18, packed, q4_0_unsigned, vnni_sets::<S>);
+    Q5_0 => tile16_q5_0: 4, tile12_q5_0: 3, tile8_q5_0: 2, tile4_q5_0: 1
+        = |nb, w, packed| legacy_tile::<S, H, 4>(nb, w, 22, packed, q5_0_unsigned, vnni_sets::<S>);
 }
 
 /// One K-quant unit's exact sums against `S` packed sets of four rows with
@@ -92,10 +88,9 @@ unsafe fn q6_k_unit<const S: usize>(
     }
 }
 
-k_tiles! {
-    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni";
-    Q4_K: q4_k_tile(q4_k_unit), k_q4_k_x16 => tile16_q4_k, k_q4_k_x12 => tile12_q4_k,
-        k_q4_k_x8 => tile8_q4_k, k_q4_k_t4 => tile4_q4_k;
-    Q6_K: q6_k_tile(q6_k_unit), k_q6_k_x16 => tile16_q6_k, k_q6_k_x12 => tile12_q6_k,
-        k_q6_k_x8 => tile8_q6_k, k_q6_k_t4 => tile4_q6_k;
+kernel_fns! { tiles avx512, Q8_K;
+    Q4_K => tile16_q4_k: 4, tile12_q4_k: 3, tile8_q4_k: 2, tile4_q4_k: 1
+        = |nb, w, packed| q4_k_tile::<S>(nb, w, packed, q4_k_unit::<S>);
+    Q6_K => tile16_q6_k: 4, tile12_q6_k: 3, tile8_q6_k: 2, tile4_q6_k: 1
+        = |nb, w, packed| q6_k_tile::<S>(nb, w, packed, q6_k_unit::<S>);
 }

@@ -44,10 +44,10 @@ pub(super) unsafe fn store512(p: *mut u8, v: __m512i) {
 /// The quants of block `i` of sixteen Q4_K rows (`rb` bytes apart from
 /// `rows`) into panel block `dst`: each row's 128 bytes as two vectors of
 /// low and high nibbles, transposed sixteen rows at a time.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn k_unpack_q4_k(rows: *const u8, rb: usize, i: usize, dst: *mut u8) {
+#[inline(always)]
+unsafe fn unpack_q4_k_block(rows: *const u8, rb: usize, i: usize, dst: *mut u8) {
     // SAFETY: sixteen rows of at least `i + 1` blocks and a whole panel
-    // block at `dst` (the wrapper's checks); features as enabled above.
+    // block at `dst` (the wrapper's checks); AVX-512 F/BW is enabled in the callers.
     unsafe {
         let m4 = _mm512_set1_epi8(0x0F);
         for half in 0..2 {
@@ -73,9 +73,9 @@ unsafe fn k_unpack_q4_k(rows: *const u8, rb: usize, i: usize, dst: *mut u8) {
 /// block `dst`, and the rows' `Σ_s scale_s · (−128 · Σ(q − 32))` from the
 /// scales already there (decoded as the AVX-512 row kernel does, then
 /// transposed sixteen rows at a time).
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn k_unpack_q6_k(rows: *const u8, rb: usize, i: usize, dst: *mut u8) {
-    // SAFETY: as for `k_unpack_q4_k`, with Q6_K rows and panel block.
+#[inline(always)]
+unsafe fn unpack_q6_k_block(rows: *const u8, rb: usize, i: usize, dst: *mut u8) {
+    // SAFETY: as for `unpack_q4_k_block`, with Q6_K rows and panel block.
     unsafe {
         let (m4, m2, b32) = (
             _mm512_set1_epi8(0x0F),
@@ -123,33 +123,11 @@ unsafe fn k_unpack_q6_k(rows: *const u8, rb: usize, i: usize, dst: *mut u8) {
     }
 }
 
-macro_rules! panel_unpackers {
-    ($($ty:ident, $size:expr, $block:ident, $meta:ident, $k:ident => $f:ident;)*) => {$(
-        pub(crate) fn $f(cols: usize, rows: &[u8], out: &mut [u8]) {
-            use crate::panel::{$block, PANEL_ROWS};
-            let (nb, given) = crate::panel::panel_shape(GgmlType::$ty, cols, rows, out, $block);
-            if given < PANEL_ROWS {
-                return crate::panel::$f(cols, rows, out);
-            }
-            let rb = nb * $size;
-            for (i, dst) in out.chunks_exact_mut($block).enumerate() {
-                let dst: &mut [u8; $block] = dst.try_into().unwrap();
-                for r in 0..PANEL_ROWS {
-                    let b = &rows[r * rb + i * $size..][..$size];
-                    crate::panel::$meta(r, b.try_into().unwrap(), dst);
-                }
-                // SAFETY: sixteen whole rows of `nb > i` blocks and a whole panel block
-                // (checked above); reachable only through the AVX512 table, handed out
-                // after AVX-512 F/BW/VL + VNNI were detected.
-                unsafe { $k(rows.as_ptr(), rb, i, dst.as_mut_ptr()) };
-            }
-        }
-    )*};
-}
-
-panel_unpackers! {
-    Q4_K, 144, Q4_K_BLOCK, q4_k_meta, k_unpack_q4_k => unpack_q4_k;
-    Q6_K, 210, Q6_K_BLOCK, q6_k_meta, k_unpack_q6_k => unpack_q6_k;
+kernel_fns! { unpack avx512;
+    Q4_K, 144, Q4_K_BLOCK => unpack_q4_k = |rows, rb, i, dst| unpack_q4_k_block(rows, rb, i, dst),
+        meta: |rows, rb, i, dst| rows_meta(rows, rb, i, dst, crate::panel::q4_k_meta);
+    Q6_K, 210, Q6_K_BLOCK => unpack_q6_k = |rows, rb, i, dst| unpack_q6_k_block(rows, rb, i, dst),
+        meta: |rows, rb, i, dst| rows_meta(rows, rb, i, dst, crate::panel::q6_k_meta);
 }
 
 /// The quants of sixteen legacy rows (`rb` bytes apart, `nb` blocks of
@@ -194,39 +172,11 @@ unsafe fn unpack_legacy_quants(
     }
 }
 
-macro_rules! legacy_unpackers {
-    ($($ty:ident, $size:expr, $quants:ident, $k:ident => $f:ident;)*) => {$(
-        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-        unsafe fn $k(rows: *const u8, rb: usize, nb: usize, out: *mut u8) {
-            // SAFETY: forwarded from the wrapper's checks.
-            unsafe { unpack_legacy_quants(rows, rb, $size, nb, $quants, out) }
-        }
-        /// [`crate::panel`]'s unpacker of this type for whole panels with AVX-512
-        /// (partial ones take the reference).
-        pub(crate) fn $f(cols: usize, rows: &[u8], out: &mut [u8]) {
-            use crate::panel::{LEGACY_BLOCK, PANEL_ROWS};
-            let (nb, given) = crate::panel::panel_shape(GgmlType::$ty, cols, rows, out, LEGACY_BLOCK);
-            if given < PANEL_ROWS {
-                return crate::panel::$f(cols, rows, out);
-            }
-            let rb = nb * $size;
-            // SAFETY: sixteen whole rows of `nb` blocks and `nb` panel blocks (checked
-            // above); reachable only through the AVX512 table, handed out after
-            // AVX-512 F/BW/VL + VNNI were detected.
-            unsafe { $k(rows.as_ptr(), rb, nb, out.as_mut_ptr()) };
-            for (i, dst) in out.chunks_exact_mut(LEGACY_BLOCK).enumerate() {
-                for r in 0..PANEL_ROWS {
-                    let b = &rows[r * rb + i * $size..][..2];
-                    let d = crate::scalar::f16f(half::f16::from_le_bytes([b[0], b[1]]));
-                    dst[512 + 4 * r..516 + 4 * r].copy_from_slice(&d.to_le_bytes());
-                }
-            }
-        }
-    )*};
-}
-
-legacy_unpackers! {
-    Q8_0, 34, q8_0_unsigned, k_unpack_q8_0 => unpack_q8_0;
-    Q4_0, 18, q4_0_unsigned, k_unpack_q4_0 => unpack_q4_0;
-    Q5_0, 22, q5_0_unsigned, k_unpack_q5_0 => unpack_q5_0;
+kernel_fns! { unpack_legacy avx512;
+    Q8_0, 34 => unpack_q8_0
+        = |rows, rb, nb, out| unpack_legacy_quants(rows, rb, 34, nb, q8_0_unsigned, out);
+    Q4_0, 18 => unpack_q4_0
+        = |rows, rb, nb, out| unpack_legacy_quants(rows, rb, 18, nb, q4_0_unsigned, out);
+    Q5_0, 22 => unpack_q5_0
+        = |rows, rb, nb, out| unpack_legacy_quants(rows, rb, 22, nb, q5_0_unsigned, out);
 }
