@@ -23,7 +23,8 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, ensure};
 
-use crate::bench::{self, LONG_TEXT, SHORT_TEXT, markdown_table, resolve_model};
+use crate::bench::report::markdown_table;
+use crate::bench::{self, LONG_TEXT, SHORT_TEXT, resolve_model};
 use crate::{lamina_bin, models, run, target_dir};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -214,7 +215,7 @@ fn workload_cmd(
                 cmd.args(["--batch", &bench::BATCH.to_string()]);
             }
         }
-        Workload::Pp if bench::is_embedding_model(model) => {
+        Workload::Pp if bench::generate::is_embedding_model(model) => {
             // As `bench generate` does: an embedding model's prompt processing
             // is one embedding forward over the long text repeated 9 times.
             let text = [LONG_TEXT; 9].join(" ");

@@ -390,7 +390,7 @@ pub(crate) fn percentile(v: &mut [f64], p: f64) -> f64 {
 
 /// RSS, as "TOTAL MiB (ANON anon)": the file-backed rest is the mapped model.
 pub(crate) fn rss(pid: u32) -> String {
-    match crate::bench::read_status(pid) {
+    match crate::bench::measure::read_status(pid) {
         Some(m) => format!(
             "{:.0} MiB ({:.0} anon)",
             m.rss_kb as f64 / 1024.0,
@@ -500,7 +500,7 @@ fn bench_embeddings(
     let addr = server.addr;
     let pid = server.pid();
     let rss_start = rss(pid);
-    let texts = crate::bench::batch_texts(crate::bench::SHORT_TEXT, 96);
+    let texts = crate::bench::embed::batch_texts(crate::bench::SHORT_TEXT, 96);
     let embed_name = stem(&embed);
 
     // Each request carries --inputs of the 96 texts.

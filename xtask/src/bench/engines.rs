@@ -26,11 +26,11 @@ use std::process::Command;
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::{Value, json};
 
-use super::{
-    Args, BATCH, LLAMA_BATCH, SHORT_TEXT, batch_texts, capture_ok, cpu_model, f64s, git_commit,
-    lamina_bench_embed, llama, markdown_table, measure_ok, parse_decode_rate, parse_json_line,
-    parse_llama_bench, stats, utc_timestamp,
-};
+use super::embed::{batch_texts, lamina_bench_embed};
+use super::measure::{capture_ok, measure_ok};
+use super::parse::{f64s, parse_decode_rate, parse_json_line, parse_llama_bench};
+use super::report::{cpu_model, git_commit, markdown_table, stats, utc_timestamp};
+use super::{Args, BATCH, LLAMA_BATCH, SHORT_TEXT, llama};
 use crate::bench_rules::{self as rules, WARMUP_RUNS, load_average};
 use crate::llama_cpp::{self, llama_cpp_bin};
 use crate::{lamina_bin, models, run, target_dir};

@@ -45,7 +45,7 @@ use generate::{generation, logits};
 use minilm::minilm;
 use quantize::quantizer;
 
-use crate::bench::markdown_table;
+use crate::bench::report::markdown_table;
 use crate::{lamina_bin, models, workspace_root};
 
 #[derive(clap::Args, Debug)]
