@@ -13,9 +13,9 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail, ensure};
 
-use super::{
-    DerivedState, HashingWriter, TmpDir, check_hash, derived_state, group, write_derived_stamp,
-};
+use super::derived::{DerivedState, derived_state, write_derived_stamp};
+use super::verify::{HashingWriter, check_hash};
+use super::{TmpDir, group};
 use crate::llama_cpp::PY_VERSION;
 
 /// One vocabulary file: its name in the models directory (and in the
