@@ -31,6 +31,7 @@ pub mod embed;
 pub mod encoder;
 pub mod family;
 pub mod generate;
+pub mod grammar;
 pub mod hparams;
 pub mod load;
 pub mod mem;
@@ -134,6 +135,9 @@ pub enum ModelError {
     /// Bad input not covered above (chat messages, templates, prompts).
     #[error("{0}")]
     Input(String),
+    /// A grammar or JSON Schema the grammar engine refused.
+    #[error("the grammar does not compile: {0}")]
+    Grammar(String),
 }
 
 impl ModelError {
@@ -150,6 +154,7 @@ impl ModelError {
                 | ModelError::BadDim { .. }
                 | ModelError::VocabMismatch { .. }
                 | ModelError::ContextTooLarge { .. }
+                | ModelError::Grammar(_)
         )
     }
 }

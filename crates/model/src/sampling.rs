@@ -12,7 +12,9 @@
 //! such id; an empty vocabulary gives token 0. Temperature scales finite
 //! logits only, and a NaN temperature is greedy.
 
+use crate::grammar::Constraint;
 use std::collections::VecDeque;
+use toktrie::SimpleVob;
 
 /// Sampling settings; the defaults are llama.cpp's.
 #[derive(Clone, Debug, PartialEq)]
@@ -141,6 +143,8 @@ pub struct Sampler {
     recent: VecDeque<u32>,
     /// Scratch: `recent` sorted, to count each token once.
     counted: Vec<u32>,
+    /// A grammar the sampled tokens must follow.
+    constraint: Option<Constraint>,
 }
 
 impl Sampler {
@@ -158,7 +162,19 @@ impl Sampler {
             cand: Vec::with_capacity(n_vocab),
             recent: VecDeque::with_capacity(n_recent),
             counted: Vec::with_capacity(n_recent),
+            constraint: None,
         }
+    }
+
+    /// Samples only tokens that `constraint` allows from here on; each
+    /// [`accept`](Sampler::accept)ed token advances it.
+    pub fn constrain(&mut self, constraint: Constraint) {
+        self.constraint = Some(constraint);
+    }
+
+    /// The grammar this sampler follows, if any.
+    pub fn constraint(&self) -> Option<&Constraint> {
+        self.constraint.as_ref()
     }
 
     pub fn params(&self) -> &SamplerParams {
@@ -169,10 +185,16 @@ impl Sampler {
     pub fn reset(&mut self) {
         self.recent.clear();
         self.rng = Rng::new(self.params.seed);
+        if let Some(c) = &mut self.constraint {
+            c.reset();
+        }
     }
 
     /// Records a token of the sequence (prompt or generated) for the penalties.
     pub fn accept(&mut self, token: u32) {
+        if let Some(c) = &mut self.constraint {
+            c.advance(token);
+        }
         if self.recent.capacity() == 0 || self.params.penalty_last_n == 0 {
             return;
         }
@@ -197,7 +219,15 @@ impl Sampler {
     /// [`accept`](Sampler::accept) it.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
         assert_eq!(logits.len(), self.n_vocab, "logits of the wrong vocabulary");
-        if self.params.greedy_temp() && !self.params.penalties_active() {
+        let mask = match &mut self.constraint {
+            None => None,
+            Some(c) => match c.allowed() {
+                Some(mask) => Some(mask),
+                // The grammar engine failed: end the text.
+                None => return c.end(),
+            },
+        };
+        if mask.is_none() && self.params.greedy_temp() && !self.params.penalties_active() {
             // Greedy: the most likely token, the first on ties, without
             // building the candidates (none are left).
             self.cand.clear();
@@ -212,10 +242,19 @@ impl Sampler {
                 logit: not_nan(logit),
                 id: i as u32,
             }));
+        if let Some(mask) = &mask {
+            // Before any other step, so penalties and top-k see only
+            // allowed tokens.
+            mask.iter_unset_entries(|i| {
+                if let Some(c) = self.cand.get_mut(i) {
+                    c.logit = f32::NEG_INFINITY;
+                }
+            });
+        }
         if self.params.penalties_active() {
             self.apply_penalties();
         }
-        if self.params.greedy_temp() {
+        let id = if self.params.greedy_temp() {
             // The most likely token; the first on ties.
             let mut best = 0;
             for (i, c) in self.cand.iter().enumerate() {
@@ -223,16 +262,23 @@ impl Sampler {
                     best = i;
                 }
             }
-            return self.cand[best].id;
+            self.cand[best].id
+        } else {
+            let sorted = self.top_k_top_p();
+            self.min_p(sorted);
+            let inv = 1.0 / self.params.temp;
+            self.cand
+                .iter_mut()
+                .filter(|c| c.logit.is_finite())
+                .for_each(|c| c.logit = not_nan(c.logit * inv));
+            self.draw()
+        };
+        match &mask {
+            // Every allowed token at −∞ ties with the rest: take the first
+            // allowed one rather than leave the grammar.
+            Some(mask) if !mask.is_allowed(id) => first_allowed(mask),
+            _ => id,
         }
-        let sorted = self.top_k_top_p();
-        self.min_p(sorted);
-        let inv = 1.0 / self.params.temp;
-        self.cand
-            .iter_mut()
-            .filter(|c| c.logit.is_finite())
-            .for_each(|c| c.logit = not_nan(c.logit * inv));
-        self.draw()
     }
 
     fn apply_penalties(&mut self) {
@@ -397,6 +443,16 @@ pub fn argmax(xs: &[f32]) -> usize {
         }
     }
     0
+}
+
+/// The lowest id `mask` allows (0 for an empty mask, which the grammar
+/// engine never gives: a finished grammar allows the end of text).
+fn first_allowed(mask: &SimpleVob) -> u32 {
+    let mut first = None;
+    mask.iter_set_entries(|i| {
+        first.get_or_insert(i as u32);
+    });
+    first.unwrap_or(0)
 }
 
 #[cfg(test)]
