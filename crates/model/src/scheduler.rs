@@ -59,12 +59,16 @@ pub enum Event<'a> {
         text: &'a str,
         logits: &'a [f32],
     },
-    /// The generation ended; `text` is what was still held back.
+    /// The generation ended; `text` is what was still held back. `last` is
+    /// the token sampled in this step when it ended the generation (an
+    /// end-of-generation token, or the one completing a stop string) with
+    /// the logits it was sampled from, so every sampled token is reported.
     Done {
         seq: usize,
         stop: StopReason,
         text: &'a str,
         usage: Usage,
+        last: Option<(u32, &'a [f32])>,
     },
     /// The forward pass failed; the sequence is dropped.
     Failed { seq: usize, error: &'a ModelError },
@@ -425,6 +429,7 @@ impl<'m> Scheduler<'m> {
             let Some(run) = slot.run.as_mut() else {
                 continue;
             };
+            let mut last = None;
             let stop = match slot.dec.step(&mut run.sampler, row, self.tok, &run.opts) {
                 Ok((id, text)) => {
                     let go_on = on(Event::Token {
@@ -444,7 +449,14 @@ impl<'m> Scheduler<'m> {
                         None
                     }
                 }
-                Err(stop) => Some(stop),
+                Err(stop) => {
+                    // An end-of-generation token or a stop string's last token
+                    // was sampled here and went out in no `Token` event.
+                    if matches!(stop, StopReason::Eos | StopReason::StopString) {
+                        last = slot.dec.ids.last().map(|&id| (id, row));
+                    }
+                    Some(stop)
+                }
             };
             if let Some(stop) = stop {
                 let usage = Usage {
@@ -459,6 +471,7 @@ impl<'m> Scheduler<'m> {
                         stop,
                         text,
                         usage,
+                        last,
                     });
                 }
                 slot.run = None;

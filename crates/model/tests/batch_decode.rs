@@ -310,3 +310,65 @@ fn a_full_scheduler_hands_requests_back() {
     assert_eq!(done, want);
     assert!(sched.has_room());
 }
+
+/// The token that completes a stop string goes out in no `Token` event:
+/// `Done` reports it with the logits it was sampled from.
+#[test]
+fn done_reports_the_token_that_ended_the_generation() {
+    let Some(path) = common::gold_model("SmolLM2-135M-Instruct-Q8_0.gguf") else {
+        return;
+    };
+    let model = Model::open(&path).unwrap();
+    let tok = Tokenizer::from_gguf(&model.file).unwrap();
+    let opts = SchedulerOptions {
+        slots: 1,
+        n_ctx: 64,
+        kv: KvType::F16,
+        budget: 64,
+    };
+    let prompt = tok.encode("The capital of France is", true, true);
+    let run = |stop: Vec<String>| {
+        let mut sched = Scheduler::new(&model, &tok, opts).unwrap();
+        let req = Request {
+            prompt: prompt.clone(),
+            sampler: SamplerParams::greedy(),
+            opts: GenerateOptions {
+                max_tokens: Some(6),
+                stop,
+                ignore_eos: true,
+            },
+        };
+        sched.admit(req).unwrap();
+        let (mut tokens, mut last, mut text) = (Vec::new(), None, String::new());
+        while sched.step(&Rayon, &mut |ev| {
+            match ev {
+                Event::Token {
+                    id,
+                    text: t,
+                    logits,
+                    ..
+                } => {
+                    tokens.push((id, bits(logits)));
+                    text.push_str(t);
+                }
+                Event::Done { stop, last: l, .. } => {
+                    last = Some((stop, l.map(|(id, logits)| (id, bits(logits)))))
+                }
+                Event::Failed { error, .. } => panic!("{error}"),
+            }
+            true
+        }) > 0
+        {}
+        (tokens, last, text)
+    };
+    let (all, done, _) = run(Vec::new());
+    assert_eq!(done, Some((StopReason::Length, None)));
+    // The text of the first three tokens as the stop string.
+    let stop =
+        String::from_utf8(tok.detokenize(&[all[0].0, all[1].0, all[2].0], true, false)).unwrap();
+    assert!(!stop.is_empty());
+    let (tokens, done, text) = run(vec![stop]);
+    assert_eq!(tokens, all[..2]);
+    assert_eq!(text, "");
+    assert_eq!(done, Some((StopReason::StopString, Some(all[2].clone()))));
+}

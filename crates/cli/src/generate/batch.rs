@@ -108,6 +108,7 @@ pub(super) fn run(args: &Args, file: &Path) -> Result<()> {
                     stop,
                     text,
                     usage,
+                    ..
                 } => {
                     let s = &mut slots[seq];
                     s.text.push_str(text);
