@@ -50,6 +50,10 @@ pub struct Args {
     /// Requests that may wait per model; beyond, 503 with Retry-After.
     #[arg(long, default_value_t = 128)]
     max_queue: usize,
+    /// Most choices (`n`) one completion request may ask for; each is a
+    /// generation of its own, sharing the prompt's cached keys and values.
+    #[arg(long, default_value_t = 8)]
+    max_n: usize,
     /// Largest request body in bytes.
     #[arg(long, default_value_t = 8 << 20)]
     max_body: usize,
@@ -129,6 +133,7 @@ pub fn run(args: Args) -> Result<()> {
         batch_window: Duration::from_millis(args.batch_window_ms),
         batch_tokens: args.batch_tokens,
         max_queue: args.max_queue,
+        max_n: args.max_n,
         max_body: args.max_body,
         max_inputs: args.max_inputs,
         max_document_bytes: args.max_document_bytes,

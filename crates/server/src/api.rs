@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use crate::error::ApiError;
 use crate::input::{Content, Role, Shape, Stop};
+use crate::logprobs::{MAX_TOP_CHAT, MAX_TOP_COMPLETIONS};
 
 /// Most stop strings a request may give.
 pub const MAX_STOP: usize = 16;
@@ -220,7 +221,7 @@ pub struct GenRequest {
     pub stream_options: Option<StreamOptions>,
     pub n: Option<i64>,
     pub best_of: Option<i64>,
-    pub logprobs: Option<Shape>,
+    pub logprobs: Option<LogprobsField>,
     pub top_logprobs: Option<i64>,
     pub echo: Option<bool>,
     pub suffix: Option<String>,
@@ -233,9 +234,22 @@ pub struct GenRequest {
     pub user: Option<Shape>,
 }
 
+/// `logprobs` as sent: chat's boolean, the legacy completions' count.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum LogprobsField {
+    Bool(bool),
+    Int(i64),
+    Other(Shape),
+}
+
 /// A validated generation request (everything but the prompt).
 #[derive(Clone, Debug)]
 pub struct GenParams {
+    /// Choices to generate, each its own sample of the prompt.
+    pub n: usize,
+    /// Log-probabilities with this many alternatives per token (`None`: off).
+    pub logprobs: Option<usize>,
     pub sampler: SamplerParams,
     pub max_tokens: Option<usize>,
     pub stop: Vec<String>,
@@ -278,29 +292,28 @@ fn random_seed() -> u64 {
 impl GenRequest {
     /// Checks the sampling and limit fields; `n_ctx` bounds `max_tokens`.
     /// Unset sampling fields take llama-server's defaults.
-    pub fn params(&self, n_ctx: usize) -> Result<GenParams, ApiError> {
-        if let Some(n) = self.n
-            && n != 1
-        {
-            return Err(ApiError::invalid_param(
-                "n",
-                format!("'n' is {n}: only one choice per request (n = 1) is supported"),
-            ));
-        }
+    /// `chat` picks the endpoint's `logprobs` rules; `max_n` bounds `n`.
+    pub fn params(&self, n_ctx: usize, chat: bool, max_n: usize) -> Result<GenParams, ApiError> {
+        let n = match self.n {
+            None => 1,
+            Some(n) if n >= 1 && n as u64 <= max_n as u64 => n as usize,
+            Some(n) => {
+                return Err(ApiError::invalid_param(
+                    "n",
+                    format!("'n' is {n}: it must lie between 1 and {max_n} (the server's --max-n)"),
+                ));
+            }
+        };
         if let Some(b) = self.best_of
             && b != 1
         {
             return Err(unsupported("best_of", "'best_of' other than 1"));
         }
-        if !matches!(
-            self.logprobs,
-            None | Some(Shape::Null | Shape::Bool(false) | Shape::Zero)
-        ) {
-            return Err(unsupported("logprobs", "'logprobs'"));
-        }
-        if self.top_logprobs.is_some_and(|n| n != 0) {
-            return Err(unsupported("top_logprobs", "'top_logprobs'"));
-        }
+        let logprobs = if chat {
+            self.chat_logprobs()?
+        } else {
+            self.completion_logprobs()?
+        };
         if self.echo == Some(true) {
             return Err(unsupported("echo", "'echo'"));
         }
@@ -398,6 +411,8 @@ impl GenRequest {
         let stop = stop.iter().filter(|s| !s.is_empty()).cloned().collect();
 
         Ok(GenParams {
+            n,
+            logprobs,
             sampler: SamplerParams {
                 temp,
                 top_k,
@@ -419,6 +434,60 @@ impl GenRequest {
                 .and_then(|o| o.include_usage)
                 .unwrap_or(false),
         })
+    }
+
+    /// Chat's `logprobs` (a boolean) and `top_logprobs` (0 to 20, only
+    /// with `logprobs: true`, as OpenAI requires).
+    fn chat_logprobs(&self) -> Result<Option<usize>, ApiError> {
+        let on = match &self.logprobs {
+            None | Some(LogprobsField::Bool(false) | LogprobsField::Other(Shape::Null)) => false,
+            Some(LogprobsField::Bool(true)) => true,
+            Some(_) => {
+                return Err(ApiError::invalid_param(
+                    "logprobs",
+                    "'logprobs' must be true or false on chat completions \
+                     (ask for alternatives with 'top_logprobs')",
+                ));
+            }
+        };
+        match self.top_logprobs {
+            None => Ok(on.then_some(0)),
+            Some(k) if !on => Err(ApiError::invalid_param(
+                "top_logprobs",
+                format!(
+                    "'top_logprobs' is {k}, but 'logprobs' is not true: set 'logprobs' to true to use it"
+                ),
+            )),
+            Some(k) if (0..=MAX_TOP_CHAT as i64).contains(&k) => Ok(Some(k as usize)),
+            Some(k) => Err(ApiError::invalid_param(
+                "top_logprobs",
+                format!("'top_logprobs' is {k}: it must lie between 0 and {MAX_TOP_CHAT}"),
+            )),
+        }
+    }
+
+    /// The legacy completions' `logprobs`: how many alternatives, 0 to 5.
+    fn completion_logprobs(&self) -> Result<Option<usize>, ApiError> {
+        if self.top_logprobs.is_some() {
+            return Err(ApiError::invalid_param(
+                "top_logprobs",
+                "'top_logprobs' belongs to chat completions: on /v1/completions, \
+                 'logprobs' is the number of alternatives",
+            ));
+        }
+        match &self.logprobs {
+            None | Some(LogprobsField::Other(Shape::Null) | LogprobsField::Bool(false)) => Ok(None),
+            Some(LogprobsField::Int(k)) if (0..=MAX_TOP_COMPLETIONS as i64).contains(k) => {
+                Ok(Some(*k as usize))
+            }
+            Some(_) => Err(ApiError::invalid_param(
+                "logprobs",
+                format!(
+                    "'logprobs' must be an integer between 0 and {MAX_TOP_COMPLETIONS} on \
+                     /v1/completions (the number of alternatives per token)"
+                ),
+            )),
+        }
     }
 
     /// The chat messages as the template takes them.
@@ -526,41 +595,64 @@ pub struct Reply {
     pub model: String,
 }
 
+/// One finished choice of a whole answer.
+#[derive(Clone, Debug)]
+pub struct Choice {
+    pub text: String,
+    pub finish: &'static str,
+    /// The `logprobs` object, or `None` for `null`.
+    pub logprobs: Option<Value>,
+}
+
 impl Reply {
     /// The whole (non-streamed) answer.
-    pub fn full(&self, text: &str, finish: &str, usage: Usage) -> Value {
-        let choice = if self.chat {
-            json!({
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": null,
-                "finish_reason": finish,
+    pub fn full(&self, choices: Vec<Choice>, usage: Usage) -> Value {
+        let choices: Vec<Value> = choices
+            .into_iter()
+            .enumerate()
+            .map(|(index, c)| {
+                if self.chat {
+                    json!({
+                        "index": index,
+                        "message": {"role": "assistant", "content": c.text},
+                        "logprobs": c.logprobs,
+                        "finish_reason": c.finish,
+                    })
+                } else {
+                    json!({"index": index, "text": c.text, "logprobs": c.logprobs, "finish_reason": c.finish})
+                }
             })
-        } else {
-            json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish})
-        };
+            .collect();
         json!({
             "id": self.id,
             "object": if self.chat { "chat.completion" } else { "text_completion" },
             "created": self.created,
             "model": self.model,
             "system_fingerprint": null,
-            "choices": [choice],
+            "choices": choices,
             "usage": usage.json(),
         })
     }
 
-    /// One streamed chunk carrying `text` (and the `finish_reason` on the last).
-    pub fn chunk(&self, text: Option<&str>, first: bool, finish: Option<&str>) -> Value {
+    /// One streamed chunk of choice `index` carrying `text` (and the
+    /// `finish_reason` on its last, the log-probabilities of its tokens when asked).
+    pub fn chunk(
+        &self,
+        index: usize,
+        text: Option<&str>,
+        first: bool,
+        finish: Option<&str>,
+        logprobs: Option<Value>,
+    ) -> Value {
         let choice = if self.chat {
             let delta = match (first, text) {
                 (true, _) => json!({"role": "assistant", "content": ""}),
                 (false, Some(t)) => json!({"content": t}),
                 (false, None) => json!({}),
             };
-            json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish})
+            json!({"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish})
         } else {
-            json!({"index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish})
+            json!({"index": index, "text": text.unwrap_or(""), "logprobs": logprobs, "finish_reason": finish})
         };
         json!({
             "id": self.id,
@@ -609,7 +701,8 @@ mod tests {
 
     #[test]
     fn sampling_values_are_checked() {
-        let p = |body: &str| parse::<GenRequest>(body.as_bytes()).and_then(|r| r.params(100));
+        let p =
+            |body: &str| parse::<GenRequest>(body.as_bytes()).and_then(|r| r.params(100, true, 4));
         assert!(p(r#"{"temperature": 0.5, "top_p": 0.9, "top_k": 5, "seed": 3}"#).is_ok());
         for bad in [
             r#"{"temperature": -1}"#,
@@ -619,8 +712,13 @@ mod tests {
             r#"{"max_tokens": 101}"#,
             r#"{"max_tokens": -2}"#,
             r#"{"max_tokens": 1e12}"#,
-            r#"{"n": 2}"#,
-            r#"{"logprobs": true}"#,
+            r#"{"n": 0}"#,
+            r#"{"n": 5}"#,
+            r#"{"logprobs": 2}"#,
+            r#"{"top_logprobs": 2}"#,
+            r#"{"logprobs": false, "top_logprobs": 0}"#,
+            r#"{"logprobs": true, "top_logprobs": 21}"#,
+            r#"{"logprobs": true, "top_logprobs": -1}"#,
             r#"{"stop": 5}"#,
             r#"{"presence_penalty": -3}"#,
             r#"{"repeat_penalty": 0}"#,
@@ -631,6 +729,28 @@ mod tests {
         assert_eq!(ok.max_tokens, None);
         assert_eq!(ok.stop, vec!["a".to_string()]);
         assert_eq!(ok.sampler.seed, 7);
+        assert_eq!((ok.n, ok.logprobs), (1, None));
+        let ok = p(r#"{"n": 4, "logprobs": true, "top_logprobs": 20}"#).unwrap();
+        assert_eq!((ok.n, ok.logprobs), (4, Some(20)));
+        assert_eq!(p(r#"{"logprobs": true}"#).unwrap().logprobs, Some(0));
+    }
+
+    #[test]
+    fn completions_logprobs_are_a_count() {
+        let p =
+            |body: &str| parse::<GenRequest>(body.as_bytes()).and_then(|r| r.params(100, false, 8));
+        assert_eq!(p(r#"{"logprobs": 0}"#).unwrap().logprobs, Some(0));
+        assert_eq!(p(r#"{"logprobs": 5}"#).unwrap().logprobs, Some(5));
+        assert_eq!(p(r#"{"logprobs": null}"#).unwrap().logprobs, None);
+        for (bad, field) in [
+            (r#"{"logprobs": 6}"#, "logprobs"),
+            (r#"{"logprobs": true}"#, "logprobs"),
+            (r#"{"logprobs": "2"}"#, "logprobs"),
+            (r#"{"logprobs": 1, "top_logprobs": 1}"#, "top_logprobs"),
+            (r#"{"n": 9}"#, "n"),
+        ] {
+            assert_eq!(p(bad).unwrap_err().param.as_deref(), Some(field), "{bad}");
+        }
     }
 
     #[test]

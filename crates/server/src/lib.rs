@@ -12,7 +12,8 @@
 //!   body size and deadline.
 //! * [`routes`] holds the routes, the middleware and the generation
 //!   handlers; [`embeddings`], [`rerank`] and [`tokenize`] the other
-//!   handlers; [`api`] the request and response bodies,
+//!   handlers; [`api`] the request and response bodies, [`logprobs`] the
+//!   token log-probabilities and their two OpenAI shapes,
 //!   [`input`] the typed forms of the fields a client can make large (never
 //!   a generic JSON tree), [`metrics`] the Prometheus counters, [`sched`] the
 //!   queues and the fair turnstile every forward pass goes through.
@@ -35,6 +36,7 @@ pub mod error;
 pub mod guard;
 pub mod http;
 pub mod input;
+pub mod logprobs;
 pub mod metrics;
 pub mod rerank;
 pub mod routes;
@@ -85,6 +87,8 @@ pub struct ServeConfig {
     pub prompt_batch: usize,
     /// Requests that may wait per model queue; beyond: 503 with `Retry-After`.
     pub max_queue: usize,
+    /// Most choices (`n`) one generation request may ask for.
+    pub max_n: usize,
     /// Largest request body, in bytes (beyond: 413).
     pub max_body: usize,
     /// Most inputs in one embeddings request, or documents in one rerank request.
@@ -139,6 +143,7 @@ impl Default for ServeConfig {
             batch_tokens: 512,
             prompt_batch: lamina_model::generate::DEFAULT_BATCH,
             max_queue: 128,
+            max_n: 8,
             max_body: 8 << 20,
             max_inputs: 2048,
             max_document_bytes: 1 << 20,
@@ -343,6 +348,7 @@ impl Server {
             cfg.parallel,
             cfg.max_batch,
             cfg.max_queue,
+            cfg.max_n,
             cfg.max_inputs,
             cfg.max_document_bytes,
             cfg.max_connections,
@@ -352,8 +358,8 @@ impl Server {
         .contains(&0)
         {
             return Err(ServeError::Config(
-                "--parallel, --max-batch, --max-queue, --max-inputs, --max-document-bytes, \
-                 --max-connections, --max-in-flight and --max-request-tokens must be at least 1"
+                "--parallel, --max-batch, --max-queue, --max-n, --max-inputs, \
+                 --max-document-bytes, --max-connections, --max-in-flight and --max-request-tokens must be at least 1"
                     .into(),
             ));
         }

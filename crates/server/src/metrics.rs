@@ -137,6 +137,8 @@ pub struct Metrics {
     pub gen_queue: AtomicI64,
     pub gen_active: AtomicI64,
     pub prompt_tokens: AtomicU64,
+    /// Prompt tokens whose keys and values were reused or copied from the cache.
+    pub reused_tokens: AtomicU64,
     pub completion_tokens: AtomicU64,
     pub embedding_tokens: AtomicU64,
     pub embedding_inputs: AtomicU64,
@@ -162,6 +164,7 @@ impl Default for Metrics {
             gen_queue: AtomicI64::new(0),
             gen_active: AtomicI64::new(0),
             prompt_tokens: AtomicU64::new(0),
+            reused_tokens: AtomicU64::new(0),
             completion_tokens: AtomicU64::new(0),
             embedding_tokens: AtomicU64::new(0),
             embedding_inputs: AtomicU64::new(0),
@@ -264,6 +267,12 @@ impl Metrics {
             "lamina_prompt_tokens_total",
             "Prompt tokens of generation requests.",
             self.prompt_tokens.load(Relaxed),
+        );
+        counter(
+            &mut o,
+            "lamina_prompt_tokens_reused_total",
+            "Prompt tokens whose keys and values came from the cache or another slot.",
+            self.reused_tokens.load(Relaxed),
         );
         counter(
             &mut o,

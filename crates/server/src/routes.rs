@@ -24,6 +24,7 @@ use crate::api::{self, GenRequest, Reply, Usage};
 use crate::error::{ApiError, ServeError, from_model};
 use crate::guard::{self, InFlightPermit};
 use crate::input::{self, Input, InputLimits};
+use crate::logprobs::{self, TokenLogprobs};
 use crate::metrics::Route;
 use crate::workers::{GenEvent, GenJob};
 use crate::{AppState, GenHandle, embeddings, rerank, tokenize};
@@ -323,7 +324,7 @@ async fn generation(s: Arc<AppState>, req: Request, chat: bool) -> Result<Respon
     drop(body);
     let g = s.generator(req.model.as_deref())?;
     let n_ctx = g.model.n_ctx;
-    let params = req.params(n_ctx)?;
+    let params = req.params(n_ctx, chat, s.cfg.max_n)?;
     let prompt = prompt_ids(&s, g, req, chat).await?;
     let field = if chat { "messages" } else { "prompt" };
     if prompt.is_empty() {
@@ -343,62 +344,91 @@ async fn generation(s: Arc<AppState>, req: Request, chat: bool) -> Result<Respon
         )
         .code("context_length_exceeded"));
     }
+    // The `n` choices are `n` generations of one prompt with seeds seed,
+    // seed + 1, ...; the scheduler copies the prompt's keys and values from
+    // the first to the others instead of computing them again.
     let (tx, rx) = mpsc::unbounded_channel();
-    let job = GenJob {
-        prompt,
-        sampler: params.sampler.clone(),
-        opts: GenerateOptions {
-            max_tokens: params.max_tokens,
-            stop: params.stop.clone(),
-            ignore_eos: params.ignore_eos,
-        },
-        tx,
-        enqueued: Instant::now(),
-    };
-    s.metrics.gen_queue.fetch_add(1, Relaxed);
-    if g.queue.push(job, s.cfg.max_queue).is_err() {
-        s.metrics.gen_queue.fetch_sub(1, Relaxed);
-        s.metrics.rejected.fetch_add(1, Relaxed);
-        return Err(ApiError::busy(format!(
-            "The server is busy: {} generation requests are already waiting; retry later",
-            s.cfg.max_queue
-        )));
+    for index in 0..params.n {
+        let mut sampler = params.sampler.clone();
+        sampler.seed = sampler.seed.wrapping_add(index as u64);
+        let job = GenJob {
+            prompt: prompt.clone(),
+            sampler,
+            opts: GenerateOptions {
+                max_tokens: params.max_tokens,
+                stop: params.stop.clone(),
+                ignore_eos: params.ignore_eos,
+            },
+            index,
+            logprobs: params.logprobs,
+            tx: tx.clone(),
+            enqueued: Instant::now(),
+        };
+        s.metrics.gen_queue.fetch_add(1, Relaxed);
+        if g.queue.push(job, s.cfg.max_queue).is_err() {
+            // Choices already queued are dropped by the worker with `rx`.
+            s.metrics.gen_queue.fetch_sub(1, Relaxed);
+            s.metrics.rejected.fetch_add(1, Relaxed);
+            return Err(ApiError::busy(format!(
+                "The server is busy: {} generation requests are already waiting; retry later",
+                s.cfg.max_queue
+            )));
+        }
     }
-    let n = s.next_id.fetch_add(1, Relaxed);
+    drop(tx);
+    let id = s.next_id.fetch_add(1, Relaxed);
     let reply = Reply {
         chat,
         id: format!(
-            "{}-{:x}{n:06x}",
+            "{}-{:x}{id:06x}",
             if chat { "chatcmpl" } else { "cmpl" },
             s.started
         ),
         created: api::unix_now(),
         model: g.name.clone(),
     };
+    let choices = (0..params.n)
+        .map(|_| ChoiceState::new(params.logprobs.is_some()))
+        .collect();
     if params.stream {
-        let stream = sse_stream(rx, reply, params.include_usage, permit);
+        let stream = sse_stream(rx, reply, choices, params.include_usage, permit);
         return Ok(Sse::new(stream)
             .keep_alive(KeepAlive::default())
             .into_response());
     }
     // Not streamed: gather the text. If the client goes away, this future
-    // is dropped with `rx`, and the slot stops at its next token.
+    // is dropped with `rx`, and the slots stop at their next token.
     let mut rx = rx;
-    let mut text = String::new();
-    while let Some(ev) = rx.recv().await {
+    let mut choices: Vec<ChoiceState> = choices;
+    let mut usage = Usage::default();
+    let mut left = params.n;
+    while let Some((i, ev)) = rx.recv().await {
+        let Some(c) = choices.get_mut(i) else {
+            continue;
+        };
         match ev {
-            GenEvent::Text(t) => text.push_str(&t),
+            GenEvent::Text(t) => c.text.push_str(&t),
+            GenEvent::Logprobs(e) => c.push(e),
             GenEvent::Done {
                 stop,
                 prompt_tokens,
                 completion_tokens,
             } => {
-                let usage = Usage {
-                    prompt_tokens,
-                    completion_tokens,
-                };
-                let body = reply.full(&text, api::finish_reason(stop), usage);
-                return Ok(axum::Json(body).into_response());
+                c.finish = api::finish_reason(stop);
+                usage.prompt_tokens = prompt_tokens;
+                usage.completion_tokens += completion_tokens;
+                left -= 1;
+                if left == 0 {
+                    let choices = choices
+                        .iter_mut()
+                        .map(|c| api::Choice {
+                            text: std::mem::take(&mut c.text),
+                            finish: c.finish,
+                            logprobs: c.take_logprobs(chat),
+                        })
+                        .collect();
+                    return Ok(axum::Json(reply.full(choices, usage)).into_response());
+                }
             }
             GenEvent::Error(e) => return Err(e),
         }
@@ -406,9 +436,63 @@ async fn generation(s: Arc<AppState>, req: Request, chat: bool) -> Result<Respon
     Err(ApiError::internal("the generation worker stopped"))
 }
 
+/// One choice being gathered or streamed.
+///
+/// Every sampled token gets a log-probability entry, in order, so there are
+/// as many as `completion_tokens`: the end-of-generation token (spelt out,
+/// e.g. `<|im_end|>`) and the tokens of a matched stop string are reported
+/// although their text is cut from the content. OpenAI documents no rule
+/// for them; this keeps the count of entries that of the usage, and the
+/// streamed answer the same as the whole one.
+struct ChoiceState {
+    text: String,
+    /// Entries not yet written (`None`: the request asked for none).
+    entries: Option<Vec<TokenLogprobs>>,
+    /// Text offset of the next completions entry, in characters.
+    offset: usize,
+    finish: &'static str,
+}
+
+impl ChoiceState {
+    fn new(logprobs: bool) -> ChoiceState {
+        ChoiceState {
+            text: String::new(),
+            entries: logprobs.then(Vec::new),
+            offset: 0,
+            finish: "stop",
+        }
+    }
+
+    fn push(&mut self, e: TokenLogprobs) {
+        if let Some(v) = &mut self.entries {
+            v.push(e);
+        }
+    }
+
+    fn pending(&self) -> bool {
+        self.entries.as_ref().is_some_and(|v| !v.is_empty())
+    }
+
+    /// The `logprobs` object of the entries so far (which are then written).
+    fn take_logprobs(&mut self, chat: bool) -> Option<Value> {
+        let entries = self.entries.as_mut()?;
+        let v = if chat {
+            logprobs::chat(entries)
+        } else {
+            logprobs::completions(entries, &mut self.offset)
+        };
+        entries.clear();
+        Some(v)
+    }
+}
+
 struct SseState {
-    rx: mpsc::UnboundedReceiver<GenEvent>,
+    rx: mpsc::UnboundedReceiver<(usize, GenEvent)>,
     reply: Reply,
+    choices: Vec<ChoiceState>,
+    /// Choices not finished yet.
+    left: usize,
+    usage: Usage,
     include_usage: bool,
     pending: VecDeque<Event>,
     started: bool,
@@ -421,18 +505,23 @@ fn data(v: &Value) -> Event {
     Event::default().data(v.to_string())
 }
 
-/// The OpenAI chunk stream: a role chunk (chat), a chunk per piece of text,
-/// a chunk with `finish_reason`, the usage chunk if asked for, `[DONE]`.
-/// An error ends the stream with `data: {"error": …}`.
+/// The OpenAI chunk stream: a role chunk per choice (chat), a chunk per
+/// piece of text (with the log-probabilities of the tokens up to it when
+/// asked), a chunk with `finish_reason` per choice, the usage chunk if
+/// asked for, `[DONE]`. An error ends the stream with `data: {"error": …}`.
 fn sse_stream(
-    rx: mpsc::UnboundedReceiver<GenEvent>,
+    rx: mpsc::UnboundedReceiver<(usize, GenEvent)>,
     reply: Reply,
+    choices: Vec<ChoiceState>,
     include_usage: bool,
     permit: Option<InFlightPermit>,
 ) -> impl futures_util::Stream<Item = Result<Event, Infallible>> + Send {
     let st = SseState {
         rx,
         reply,
+        left: choices.len(),
+        choices,
+        usage: Usage::default(),
         include_usage,
         pending: VecDeque::new(),
         started: false,
@@ -450,42 +539,58 @@ fn sse_stream(
             if !st.started {
                 st.started = true;
                 if st.reply.chat {
-                    st.pending
-                        .push_back(data(&st.reply.chunk(None, true, None)));
+                    for i in 0..st.choices.len() {
+                        let role = st.reply.chunk(i, None, true, None, None);
+                        st.pending.push_back(data(&role));
+                    }
                 }
                 continue;
             }
-            match st.rx.recv().await {
-                Some(GenEvent::Text(t)) => {
-                    st.pending
-                        .push_back(data(&st.reply.chunk(Some(&t), false, None)));
+            let chat = st.reply.chat;
+            let Some((i, ev)) = st.rx.recv().await else {
+                st.pending.push_back(data(
+                    &ApiError::internal("the generation worker stopped").body(),
+                ));
+                st.finished = true;
+                continue;
+            };
+            let Some(c) = st.choices.get_mut(i) else {
+                continue;
+            };
+            match ev {
+                GenEvent::Logprobs(e) => c.push(e),
+                GenEvent::Text(t) => {
+                    let lp = c.take_logprobs(chat);
+                    let chunk = st.reply.chunk(i, Some(&t), false, None, lp);
+                    st.pending.push_back(data(&chunk));
                 }
-                Some(GenEvent::Done {
+                GenEvent::Done {
                     stop,
                     prompt_tokens,
                     completion_tokens,
-                }) => {
-                    let finish = api::finish_reason(stop);
-                    st.pending
-                        .push_back(data(&st.reply.chunk(None, false, Some(finish))));
-                    if st.include_usage {
-                        let usage = Usage {
-                            prompt_tokens,
-                            completion_tokens,
-                        };
-                        st.pending.push_back(data(&st.reply.usage_chunk(usage)));
+                } => {
+                    // Tokens whose text was held back or cut still get their entries.
+                    if c.pending() {
+                        let lp = c.take_logprobs(chat);
+                        let chunk = st.reply.chunk(i, Some(""), false, None, lp);
+                        st.pending.push_back(data(&chunk));
                     }
-                    st.pending.push_back(Event::default().data("[DONE]"));
-                    st.finished = true;
+                    let finish = api::finish_reason(stop);
+                    let chunk = st.reply.chunk(i, None, false, Some(finish), None);
+                    st.pending.push_back(data(&chunk));
+                    st.usage.prompt_tokens = prompt_tokens;
+                    st.usage.completion_tokens += completion_tokens;
+                    st.left -= 1;
+                    if st.left == 0 {
+                        if st.include_usage {
+                            st.pending.push_back(data(&st.reply.usage_chunk(st.usage)));
+                        }
+                        st.pending.push_back(Event::default().data("[DONE]"));
+                        st.finished = true;
+                    }
                 }
-                Some(GenEvent::Error(e)) => {
+                GenEvent::Error(e) => {
                     st.pending.push_back(data(&e.body()));
-                    st.finished = true;
-                }
-                None => {
-                    st.pending.push_back(data(
-                        &ApiError::internal("the generation worker stopped").body(),
-                    ));
                     st.finished = true;
                 }
             }

@@ -36,6 +36,7 @@ use lamina_model::{KvType, Model, ModelError, ThreadPool};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{ApiError, from_model};
+use crate::logprobs::{self, TokenLogprobs};
 use crate::metrics::Metrics;
 use crate::sched::{JobQueue, Turnstile};
 
@@ -287,6 +288,10 @@ pub struct GenModel {
 pub enum GenEvent {
     /// The next piece of text (whole UTF-8 characters).
     Text(String),
+    /// A sampled token's log-probabilities (when the request asked), sent
+    /// before the text it releases: every sampled token gets one, the
+    /// token that ends the generation included.
+    Logprobs(TokenLogprobs),
     Done {
         stop: StopReason,
         prompt_tokens: usize,
@@ -295,19 +300,35 @@ pub enum GenEvent {
     Error(ApiError),
 }
 
+/// Where a generation's events go, tagged with its choice's index (the
+/// `n` choices of one request share the channel).
+pub type GenSender = mpsc::UnboundedSender<(usize, GenEvent)>;
+
 pub struct GenJob {
     pub prompt: Vec<u32>,
     pub sampler: SamplerParams,
     pub opts: GenerateOptions,
-    pub tx: mpsc::UnboundedSender<GenEvent>,
+    /// The choice this generation is, among the request's `n`.
+    pub index: usize,
+    /// Alternatives per token when log-probabilities are asked for.
+    pub logprobs: Option<usize>,
+    pub tx: GenSender,
     pub enqueued: Instant,
 }
 
 /// A request being generated: where its events go.
 struct Streaming {
-    tx: mpsc::UnboundedSender<GenEvent>,
+    tx: GenSender,
+    index: usize,
+    logprobs: Option<usize>,
     enqueued: Instant,
     first: bool,
+}
+
+impl Streaming {
+    fn send(&self, ev: GenEvent) -> bool {
+        self.tx.send((self.index, ev)).is_ok()
+    }
 }
 
 /// The worker of a generative model: one [`Scheduler`] whose slots hold
@@ -367,19 +388,20 @@ pub fn gen_worker(
                     metrics.gen_active.fetch_add(1, Relaxed);
                     running[seq] = Some(Streaming {
                         tx: job.tx,
+                        index: job.index,
+                        logprobs: job.logprobs,
                         enqueued: job.enqueued,
                         first: true,
                     });
                 }
                 Err(Refusal::Invalid(e)) => {
-                    let _ = job.tx.send(GenEvent::Error(from_model(&e)));
+                    let _ = job.tx.send((job.index, GenEvent::Error(from_model(&e))));
                 }
                 Err(Refusal::Full(_)) => {
                     // `has_room` said otherwise; answer rather than lose it.
                     tracing::error!("the scheduler refused a request it had room for");
-                    let _ = job
-                        .tx
-                        .send(GenEvent::Error(ApiError::internal(crate::error::INTERNAL)));
+                    let err = ApiError::internal(crate::error::INTERNAL);
+                    let _ = job.tx.send((job.index, GenEvent::Error(err)));
                 }
             }
         }
@@ -399,7 +421,7 @@ pub fn gen_worker(
             let _turn = turnstile.acquire();
             catch_unwind(AssertUnwindSafe(|| {
                 sched.step(turnstile.pool(), &mut |ev| {
-                    on_event(ev, &mut running, &metrics)
+                    on_event(ev, &mut running, &gm.tok, &metrics)
                 })
             }))
         };
@@ -408,7 +430,7 @@ pub fn gen_worker(
             sched.clear();
             for r in running.iter_mut().filter_map(Option::take) {
                 metrics.gen_active.fetch_sub(1, Relaxed);
-                let _ = r.tx.send(GenEvent::Error(ApiError::internal(
+                r.send(GenEvent::Error(ApiError::internal(
                     "the generation failed inside the server",
                 )));
             }
@@ -417,7 +439,12 @@ pub fn gen_worker(
 }
 
 /// Forwards one scheduler event to its client; `false` when the client is gone.
-fn on_event(ev: Event<'_>, running: &mut [Option<Streaming>], metrics: &Metrics) -> bool {
+fn on_event(
+    ev: Event<'_>,
+    running: &mut [Option<Streaming>],
+    tok: &Tokenizer,
+    metrics: &Metrics,
+) -> bool {
     let seq = match ev {
         Event::Token { seq, .. } | Event::Done { seq, .. } | Event::Failed { seq, .. } => seq,
     };
@@ -425,32 +452,50 @@ fn on_event(ev: Event<'_>, running: &mut [Option<Streaming>], metrics: &Metrics)
         return false;
     };
     match ev {
-        Event::Token { text, .. } => {
+        Event::Token {
+            id, text, logits, ..
+        } => {
             if r.first {
                 r.first = false;
                 metrics
                     .time_to_first_token
                     .observe_duration(r.enqueued.elapsed());
             }
-            let sent = text.is_empty() || r.tx.send(GenEvent::Text(text.to_string())).is_ok();
+            if let Some(k) = r.logprobs {
+                r.send(GenEvent::Logprobs(logprobs::compute(logits, id, k, tok)));
+            }
+            let sent = text.is_empty() || r.send(GenEvent::Text(text.to_string()));
             if sent && !r.tx.is_closed() {
                 return true;
             }
             metrics.cancelled.fetch_add(1, Relaxed);
         }
         Event::Done {
-            stop, text, usage, ..
+            stop,
+            text,
+            usage,
+            last,
+            ..
         } => {
+            // The token that ended the generation gets its entry too, so
+            // there are as many as `completion_tokens` (see `ChoiceState`
+            // in routes.rs for how they line up with a cut stop string).
+            if let (Some(k), Some((id, logits))) = (r.logprobs, last) {
+                r.send(GenEvent::Logprobs(logprobs::compute(logits, id, k, tok)));
+            }
             if !text.is_empty() {
-                let _ = r.tx.send(GenEvent::Text(text.to_string()));
+                r.send(GenEvent::Text(text.to_string()));
             }
             metrics
                 .prompt_tokens
                 .fetch_add(usage.prompt_tokens as u64, Relaxed);
             metrics
+                .reused_tokens
+                .fetch_add(usage.reused_tokens as u64, Relaxed);
+            metrics
                 .completion_tokens
                 .fetch_add(usage.completion_tokens as u64, Relaxed);
-            let _ = r.tx.send(GenEvent::Done {
+            r.send(GenEvent::Done {
                 stop,
                 prompt_tokens: usage.prompt_tokens,
                 completion_tokens: usage.completion_tokens,
@@ -458,7 +503,7 @@ fn on_event(ev: Event<'_>, running: &mut [Option<Streaming>], metrics: &Metrics)
         }
         Event::Failed { error, .. } => {
             tracing::warn!("a generation failed: {error}");
-            let _ = r.tx.send(GenEvent::Error(from_model(error)));
+            r.send(GenEvent::Error(from_model(error)));
         }
     }
     running[seq] = None;

@@ -98,12 +98,61 @@ check(usage is not None and usage.completion_tokens == c.usage.completion_tokens
 t = client.completions.create(model=CHAT, prompt="Once upon a time", max_tokens=8, temperature=0)
 check(t.object == "text_completion" and isinstance(t.choices[0].text, str), "completion")
 
+# Log-probabilities, through the client's types.
+c = client.chat.completions.create(
+    model=CHAT, messages=messages, max_tokens=6, temperature=0, logprobs=True, top_logprobs=3,
+)
+content = c.choices[0].logprobs.content
+check(len(content) == c.usage.completion_tokens, "a logprob entry per sampled token")
+for e in content:
+    check(isinstance(e.token, str) and isinstance(e.bytes, list) and e.logprob <= 0, f"entry {e}")
+    check(len(e.top_logprobs) == 3, "three alternatives")
+    lps = [t.logprob for t in e.top_logprobs]
+    check(lps == sorted(lps, reverse=True), "alternatives most likely first")
+    check(e.logprob == lps[0] and e.token == e.top_logprobs[0].token, "greedy picks the most likely")
+stream = client.chat.completions.create(
+    model=CHAT, messages=messages, max_tokens=6, temperature=0, logprobs=True, top_logprobs=3,
+    stream=True,
+)
+streamed = [e for chunk in stream for ch in chunk.choices if ch.logprobs for e in ch.logprobs.content]
+check([(e.token, e.logprob) for e in streamed] == [(e.token, e.logprob) for e in content],
+      "streamed logprobs equal the whole ones")
+t = client.completions.create(model=CHAT, prompt="Once upon a time", max_tokens=5, temperature=0, logprobs=2)
+lp = t.choices[0].logprobs
+check(len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset)
+      == t.usage.completion_tokens, "completions logprobs: one entry per token")
+check(all(1 <= len(d) <= 3 for d in lp.top_logprobs), "completions top_logprobs maps")
+check(lp.text_offset[0] == 0 and lp.text_offset == sorted(lp.text_offset), "text offsets")
+
+# n choices.
+c = client.chat.completions.create(model=CHAT, messages=messages, max_tokens=6, temperature=0.8, seed=3, n=3)
+check([ch.index for ch in c.choices] == [0, 1, 2], f"three choices: {c.choices}")
+check(all(isinstance(ch.message.content, str) for ch in c.choices), "each choice has text")
+stream = client.chat.completions.create(model=CHAT, messages=messages, max_tokens=6, temperature=0, n=3, stream=True)
+texts = {0: "", 1: "", 2: ""}
+for chunk in stream:
+    for ch in chunk.choices:
+        texts[ch.index] += ch.delta.content or ""
+check(len(set(texts.values())) == 1 and texts[0], f"greedy streamed choices agree: {texts}")
+t = client.completions.create(model=CHAT, prompt="Once upon a time", max_tokens=4, n=3, temperature=0)
+check(len(t.choices) == 3 and len({ch.text for ch in t.choices}) == 1, "three greedy completions")
+
 # Errors arrive as the client's exceptions.
 try:
     client.chat.completions.create(model=CHAT, messages=messages, temperature=-1)
     check(False, "temperature -1 is refused")
 except openai.BadRequestError as e:
     check(e.status_code == 400 and e.body.get("param") == "temperature", f"400 names the param: {e.body}")
+try:
+    client.chat.completions.create(model=CHAT, messages=messages, logprobs=True, top_logprobs=21)
+    check(False, "top_logprobs 21 is refused")
+except openai.BadRequestError as e:
+    check(e.body.get("param") == "top_logprobs", f"400 names top_logprobs: {e.body}")
+try:
+    client.chat.completions.create(model=CHAT, messages=messages, n=100)
+    check(False, "n over the limit is refused")
+except openai.BadRequestError as e:
+    check(e.body.get("param") == "n", f"400 names n: {e.body}")
 try:
     OpenAI(base_url=URL, api_key="wrong", max_retries=0).models.list()
     check(False, "a wrong key is refused")
