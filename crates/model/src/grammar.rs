@@ -59,14 +59,59 @@ impl Grammar {
     }
 }
 
-/// `schema` with [`json_layout`] unless it sets its own `x-guidance`.
+/// `schema` with [`json_layout`] unless it sets its own `x-guidance`, and
+/// its integers bounded.
 fn with_layout(mut schema: Value) -> Value {
+    bound_integers(&mut schema, 0);
     if let Value::Object(map) = &mut schema
         && !map.contains_key("x-guidance")
     {
         map.insert("x-guidance".into(), json_layout());
     }
     schema
+}
+
+/// How deep [`bound_integers`] looks: deeper schemas keep their integers
+/// as they are (the engine's own limits still apply).
+const MAX_SCHEMA_DEPTH: usize = 64;
+
+/// The largest integer every JSON parser holds exactly (JavaScript's
+/// `Number.MAX_SAFE_INTEGER`).
+const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
+
+/// Bounds every `integer` without a bound to ±[`MAX_SAFE_INTEGER`]. An
+/// unbounded integer lets a sampled reply add digits until its token
+/// limit, as small models at high temperature do.
+fn bound_integers(schema: &mut Value, depth: usize) {
+    if depth > MAX_SCHEMA_DEPTH {
+        return;
+    }
+    match schema {
+        Value::Object(map) => {
+            let integer = match map.get("type") {
+                Some(Value::String(t)) => t == "integer",
+                Some(Value::Array(ts)) => ts.iter().any(|t| t == "integer"),
+                _ => false,
+            };
+            if integer {
+                if !map.contains_key("minimum") && !map.contains_key("exclusiveMinimum") {
+                    map.insert("minimum".into(), json!(-MAX_SAFE_INTEGER));
+                }
+                if !map.contains_key("maximum") && !map.contains_key("exclusiveMaximum") {
+                    map.insert("maximum".into(), json!(MAX_SAFE_INTEGER));
+                }
+            }
+            // Every subschema, wherever it sits (properties, items, $defs,
+            // anyOf, ...); the keywords holding data are left alone.
+            for (k, v) in map.iter_mut() {
+                if !matches!(k.as_str(), "enum" | "const" | "default" | "examples") {
+                    bound_integers(v, depth + 1);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| bound_integers(v, depth + 1)),
+        _ => {}
+    }
 }
 
 /// A model's vocabulary compiled for the grammar engine: every token's
@@ -137,7 +182,7 @@ impl Grammars {
             return Err(ModelError::Grammar(e));
         }
         Ok(Constraint {
-            matcher,
+            matcher: Box::new(matcher),
             eos: self.eos,
         })
     }
@@ -170,7 +215,9 @@ impl TokenizerEnv for VocabEnv {
 
 /// One generation's place in its grammar.
 pub struct Constraint {
-    matcher: Matcher,
+    /// Boxed: the matcher is large, and requests carrying a constraint
+    /// move through queues.
+    matcher: Box<Matcher>,
     eos: u32,
 }
 
@@ -178,7 +225,7 @@ impl Clone for Constraint {
     /// An independent copy: the engine's plain clone shares parser state.
     fn clone(&self) -> Constraint {
         Constraint {
-            matcher: self.matcher.deep_clone(),
+            matcher: Box::new(self.matcher.deep_clone()),
             eos: self.eos,
         }
     }
@@ -219,5 +266,35 @@ impl Constraint {
     /// The engine's error, if it failed.
     pub fn error(&self) -> Option<String> {
         self.matcher.get_error()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_get_safe_bounds_but_data_and_set_bounds_stay() {
+        let mut s = json!({
+            "type": "object",
+            "properties": {
+                "a": {"type": "integer"},
+                "b": {"type": ["integer", "null"], "minimum": 0},
+                "type": {"type": "string"},
+                "c": {"enum": [{"type": "integer"}]},
+            },
+            "$defs": {"d": {"type": "array", "items": {"type": "integer", "exclusiveMaximum": 9}}},
+        });
+        bound_integers(&mut s, 0);
+        let p = &s["properties"];
+        assert_eq!(p["a"]["minimum"], json!(-MAX_SAFE_INTEGER));
+        assert_eq!(p["a"]["maximum"], json!(MAX_SAFE_INTEGER));
+        assert_eq!(p["b"]["minimum"], json!(0));
+        assert_eq!(p["b"]["maximum"], json!(MAX_SAFE_INTEGER));
+        assert_eq!(p["type"], json!({"type": "string"}));
+        assert_eq!(p["c"], json!({"enum": [{"type": "integer"}]}));
+        let d = &s["$defs"]["d"]["items"];
+        assert_eq!(d["minimum"], json!(-MAX_SAFE_INTEGER));
+        assert!(d.get("maximum").is_none());
     }
 }
