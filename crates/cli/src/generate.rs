@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use lamina_model::generate::{DEFAULT_BATCH, GenerateOptions, Session};
+use lamina_model::grammar::{Constraint, Grammar, Grammars};
 use lamina_model::sampling::{Sampler, SamplerParams};
 use lamina_model::tokenizer::Tokenizer;
 use lamina_model::{KvType, Load, Model, ModelError, ThreadPool};
@@ -248,6 +249,29 @@ pub struct Args {
     /// Print one JSON object {"ids", "text", "stop", ...} instead of streaming.
     #[arg(long)]
     json: bool,
+    /// Constrain the reply to this JSON Schema (llama.cpp's -j).
+    #[arg(short = 'j', long, conflicts_with = "json_schema_file")]
+    json_schema: Option<String>,
+    /// Constrain the reply to the JSON Schema in this file.
+    #[arg(long)]
+    json_schema_file: Option<PathBuf>,
+}
+
+impl Args {
+    /// The JSON Schema of --json-schema or --json-schema-file, compiled for
+    /// this model's vocabulary.
+    pub(crate) fn constraint(&self, tok: &Tokenizer) -> Result<Option<Constraint>> {
+        let text = match (&self.json_schema, &self.json_schema_file) {
+            (Some(s), _) => s.clone(),
+            (None, Some(f)) => std::fs::read_to_string(f)
+                .with_context(|| format!("reading the JSON Schema {}", f.display()))?,
+            (None, None) => return Ok(None),
+        };
+        let schema: serde_json::Value =
+            serde_json::from_str(&text).context("the JSON Schema is not valid JSON")?;
+        let grammar = Grammar::JsonSchema(schema);
+        Ok(Some(Grammars::new(tok)?.constraint(&grammar)?))
+    }
 }
 
 fn read_prompt(prompt: Option<String>, file: Option<&PathBuf>) -> Result<String> {
@@ -269,6 +293,8 @@ pub fn run(args: Args) -> Result<()> {
         return batch::run(&args, file);
     }
     let loaded = args.model.load()?;
+    // Compiled before the run: a bad schema fails fast.
+    let constraint = args.constraint(&loaded.tok)?;
     let prompt = read_prompt(args.prompt, args.prompt_file.as_ref())?;
     let ids = match loaded.tok.encode_within(&prompt, true, true, loaded.n_ctx) {
         Err(ModelError::ContextExceeded {
@@ -289,6 +315,9 @@ pub fn run(args: Args) -> Result<()> {
     let seed = params.seed;
     tracing::info!("sampling {params:?}");
     let mut sampler = Sampler::new(params, loaded.model.hp.n_vocab);
+    if let Some(c) = constraint {
+        sampler.constrain(c);
+    }
     let mut session = loaded.session(&args.model)?;
     let opts = GenerateOptions {
         max_tokens: usize::try_from(args.n_predict).ok(),

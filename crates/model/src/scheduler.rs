@@ -23,6 +23,7 @@ use lamina_kernels::pool::ThreadPool;
 
 use crate::ModelError;
 use crate::generate::{Decoder, GenerateOptions, StopReason};
+use crate::grammar::Constraint;
 use crate::sampling::{Sampler, SamplerParams};
 use crate::tokenizer::Tokenizer;
 use crate::transformer::{Chunk, KvCache, KvType, Model, Workspace};
@@ -36,6 +37,8 @@ pub struct Request {
     pub prompt: Vec<u32>,
     pub sampler: SamplerParams,
     pub opts: GenerateOptions,
+    /// A grammar the generated text must follow.
+    pub constraint: Option<Constraint>,
 }
 
 /// Token counts of a finished generation.
@@ -77,8 +80,9 @@ pub enum Event<'a> {
 /// Why [`Scheduler::admit`] did not take a request.
 #[derive(Debug)]
 pub enum Refusal {
-    /// Every slot is busy: try again after a step.
-    Full(Request),
+    /// Every slot is busy: try again after a step (boxed: a request is
+    /// large, and refusals are rare).
+    Full(Box<Request>),
     /// The request can never run (empty, too long, unknown tokens).
     Invalid(ModelError),
 }
@@ -242,7 +246,7 @@ impl<'m> Scheduler<'m> {
                 (common(&slot.tokens), std::cmp::Reverse(slot.admitted))
             })
         else {
-            return Err(Refusal::Full(req));
+            return Err(Refusal::Full(Box::new(req)));
         };
         let mut reused = common(&self.slots[s].tokens);
         let donor = (0..self.slots.len())
@@ -280,6 +284,9 @@ impl<'m> Scheduler<'m> {
         slot.dec.start(&req.opts, limit);
         let mut sampler = Sampler::new(req.sampler, n_vocab);
         sampler.set_history(&req.prompt);
+        if let Some(c) = req.constraint {
+            sampler.constrain(c);
+        }
         slot.run = Some(Run {
             prompt: req.prompt,
             reused,

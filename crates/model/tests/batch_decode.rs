@@ -75,6 +75,7 @@ fn requests(n_vocab: usize) -> Vec<Request> {
                     ignore_eos: true,
                     ..GenerateOptions::default()
                 },
+                constraint: None,
             }
         })
         .collect()
@@ -282,6 +283,7 @@ fn a_full_scheduler_hands_requests_back() {
             ignore_eos: true,
             ..GenerateOptions::default()
         },
+        constraint: None,
     };
     assert!(matches!(sched.admit(req(17)), Err(Refusal::Invalid(_))));
     assert!(matches!(sched.admit(req(0)), Err(Refusal::Invalid(_))));
@@ -337,6 +339,7 @@ fn done_reports_the_token_that_ended_the_generation() {
                 stop,
                 ignore_eos: true,
             },
+            constraint: None,
         };
         sched.admit(req).unwrap();
         let (mut tokens, mut last, mut text) = (Vec::new(), None, String::new());

@@ -176,6 +176,7 @@ fn a_batched_decode_step_does_not_allocate() {
                         ignore_eos: true,
                         stop: vec!["\n\nUser:".into()],
                     },
+                    constraint: None,
                 };
                 sched.admit(req).unwrap();
             }

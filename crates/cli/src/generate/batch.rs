@@ -39,6 +39,7 @@ pub(super) fn run(args: &Args, file: &Path) -> Result<()> {
     }
     let loaded = args.model.load()?;
     let params = args.sample.params()?;
+    let constraint = args.constraint(&loaded.tok)?;
     let opts = GenerateOptions {
         max_tokens: usize::try_from(args.n_predict).ok(),
         stop: args.stop.clone(),
@@ -86,6 +87,7 @@ pub(super) fn run(args: &Args, file: &Path) -> Result<()> {
                 prompt: ids,
                 sampler: params.clone(),
                 opts: opts.clone(),
+                constraint: constraint.clone(),
             };
             match sched.admit(req) {
                 Ok(seq) => {
