@@ -8,6 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use lamina_model::chat::Message;
 use lamina_model::generate::StopReason;
+use lamina_model::grammar::Grammar;
 use lamina_model::sampling::SamplerParams;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -190,11 +191,55 @@ pub struct ChatMessage {
     pub tool_calls: Option<Shape>,
 }
 
-/// `response_format`: only `{"type": "text"}` is served.
+/// `response_format`: `text`, `json_object`, or `json_schema` with its
+/// `{"name", "schema", "strict"}` object.
 #[derive(Debug, Deserialize)]
 pub struct ResponseFormat {
     #[serde(default, rename = "type")]
     pub kind: Option<String>,
+    #[serde(default)]
+    pub json_schema: Option<JsonSchemaFormat>,
+}
+
+/// OpenAI's `json_schema` response format. `strict` is accepted either
+/// way: the schema is always enforced.
+#[derive(Debug, Deserialize)]
+pub struct JsonSchemaFormat {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub schema: Option<Value>,
+    #[serde(default)]
+    pub strict: Option<bool>,
+}
+
+impl ResponseFormat {
+    /// The grammar a reply must follow (`None`: free text).
+    fn grammar(&self) -> Result<Option<Grammar>, ApiError> {
+        match self.kind.as_deref() {
+            None | Some("text") => Ok(None),
+            Some("json_object") => Ok(Some(Grammar::JsonObject)),
+            Some("json_schema") => {
+                match self.json_schema.as_ref().and_then(|j| j.schema.as_ref()) {
+                    Some(schema @ Value::Object(_)) => {
+                        Ok(Some(Grammar::JsonSchema(schema.clone())))
+                    }
+                    Some(_) => Err(ApiError::invalid_param(
+                        "response_format",
+                        "'response_format.json_schema.schema' must be a JSON Schema object",
+                    )),
+                    // OpenAI's schema is optional: without one, any JSON object.
+                    None => Ok(Some(Grammar::JsonObject)),
+                }
+            }
+            Some(other) => Err(ApiError::invalid_param(
+                "response_format",
+                format!(
+                    "'response_format.type' is {other:?}: use \"text\", \"json_object\" or \"json_schema\""
+                ),
+            )),
+        }
+    }
 }
 
 /// The fields of `/v1/completions` and `/v1/chat/completions` (one struct:
@@ -229,6 +274,10 @@ pub struct GenRequest {
     pub tool_choice: Option<Shape>,
     pub functions: Option<Shape>,
     pub response_format: Option<ResponseFormat>,
+    /// llama-server's GBNF grammar: refused, GBNF is not served.
+    pub grammar: Option<Shape>,
+    /// llama-server's JSON Schema field, the same as a `json_schema` response format.
+    pub json_schema: Option<Value>,
     pub logit_bias: Option<Shape>,
     pub ignore_eos: Option<bool>,
     pub user: Option<Shape>,
@@ -256,6 +305,8 @@ pub struct GenParams {
     pub ignore_eos: bool,
     pub stream: bool,
     pub include_usage: bool,
+    /// What the reply must follow (`response_format`).
+    pub grammar: Option<Grammar>,
 }
 
 fn check_range(name: &str, v: Option<f64>, lo: f64, hi: f64) -> Result<Option<f32>, ApiError> {
@@ -290,6 +341,28 @@ fn random_seed() -> u64 {
 }
 
 impl GenRequest {
+    /// The grammar of `response_format`, or of llama-server's `json_schema`.
+    fn grammar(&self) -> Result<Option<Grammar>, ApiError> {
+        let from_format = match &self.response_format {
+            Some(rf) => rf.grammar()?,
+            None => None,
+        };
+        match (&self.json_schema, from_format) {
+            (None | Some(Value::Null), g) => Ok(g),
+            (Some(schema @ Value::Object(_)), None) => {
+                Ok(Some(Grammar::JsonSchema(schema.clone())))
+            }
+            (Some(Value::Object(_)), Some(_)) => Err(ApiError::invalid_param(
+                "json_schema",
+                "give either 'json_schema' or a JSON 'response_format', not both",
+            )),
+            (Some(_), _) => Err(ApiError::invalid_param(
+                "json_schema",
+                "'json_schema' must be a JSON Schema object",
+            )),
+        }
+    }
+
     /// Checks the sampling and limit fields; `n_ctx` bounds `max_tokens`.
     /// Unset sampling fields take llama-server's defaults.
     /// `chat` picks the endpoint's `logprobs` rules; `max_n` bounds `n`.
@@ -326,12 +399,10 @@ impl GenRequest {
         if !matches!(self.functions, None | Some(Shape::Null | Shape::Array(0))) {
             return Err(unsupported("functions", "Function calling"));
         }
-        if let Some(rf) = &self.response_format
-            && rf.kind.as_deref() != Some("text")
-        {
+        if !matches!(self.grammar, None | Some(Shape::Null)) {
             return Err(unsupported(
-                "response_format",
-                "A 'response_format' other than {\"type\": \"text\"}",
+                "grammar",
+                "A GBNF 'grammar' (use 'response_format' with a JSON Schema)",
             ));
         }
         if !matches!(self.logit_bias, None | Some(Shape::Null | Shape::Object(0))) {
@@ -433,11 +504,12 @@ impl GenRequest {
                 .as_ref()
                 .and_then(|o| o.include_usage)
                 .unwrap_or(false),
+            grammar: self.grammar()?,
         })
     }
 
-    /// Chat's `logprobs` (a boolean) and `top_logprobs` (0 to 20, only
-    /// with `logprobs: true`, as OpenAI requires).
+    /// Chat's `logprobs` (a boolean) and `top_logprobs` (0 to 20; above 0
+    /// only with `logprobs: true`, as OpenAI requires).
     fn chat_logprobs(&self) -> Result<Option<usize>, ApiError> {
         let on = match &self.logprobs {
             None | Some(LogprobsField::Bool(false) | LogprobsField::Other(Shape::Null)) => false,
@@ -452,6 +524,8 @@ impl GenRequest {
         };
         match self.top_logprobs {
             None => Ok(on.then_some(0)),
+            // Clients that always send a zero mean "none"; nothing to refuse.
+            Some(0) if !on => Ok(None),
             Some(k) if !on => Err(ApiError::invalid_param(
                 "top_logprobs",
                 format!(
@@ -716,7 +790,6 @@ mod tests {
             r#"{"n": 5}"#,
             r#"{"logprobs": 2}"#,
             r#"{"top_logprobs": 2}"#,
-            r#"{"logprobs": false, "top_logprobs": 0}"#,
             r#"{"logprobs": true, "top_logprobs": 21}"#,
             r#"{"logprobs": true, "top_logprobs": -1}"#,
             r#"{"stop": 5}"#,
@@ -733,6 +806,8 @@ mod tests {
         let ok = p(r#"{"n": 4, "logprobs": true, "top_logprobs": 20}"#).unwrap();
         assert_eq!((ok.n, ok.logprobs), (4, Some(20)));
         assert_eq!(p(r#"{"logprobs": true}"#).unwrap().logprobs, Some(0));
+        let zero = r#"{"logprobs": false, "top_logprobs": 0}"#;
+        assert_eq!(p(zero).unwrap().logprobs, None);
     }
 
     #[test]

@@ -418,6 +418,7 @@ impl Server {
                     slots: cfg.parallel.max(1),
                     kv: cfg.kv,
                     batch: cfg.prompt_batch.max(1),
+                    grammars: Default::default(),
                 });
                 let queue = Arc::new(JobQueue::default());
                 let (gm2, q, t, m) = (

@@ -324,7 +324,7 @@ async fn generation(s: Arc<AppState>, req: Request, chat: bool) -> Result<Respon
     drop(body);
     let g = s.generator(req.model.as_deref())?;
     let n_ctx = g.model.n_ctx;
-    let params = req.params(n_ctx, chat, s.cfg.max_n)?;
+    let mut params = req.params(n_ctx, chat, s.cfg.max_n)?;
     let prompt = prompt_ids(&s, g, req, chat).await?;
     let field = if chat { "messages" } else { "prompt" };
     if prompt.is_empty() {
@@ -347,6 +347,16 @@ async fn generation(s: Arc<AppState>, req: Request, chat: bool) -> Result<Respon
     // The `n` choices are `n` generations of one prompt with seeds seed,
     // seed + 1, ...; the scheduler copies the prompt's keys and values from
     // the first to the others instead of computing them again.
+    // Compiled off the async threads: the first grammar also compiles the
+    // model's vocabulary.
+    let constraint = match params.grammar.take() {
+        None => None,
+        Some(grammar) => {
+            let gm = g.model.clone();
+            let compiled = tokio::task::spawn_blocking(move || gm.constraint(&grammar));
+            Some(compiled.await.map_err(join_error)??)
+        }
+    };
     let (tx, rx) = mpsc::unbounded_channel();
     for index in 0..params.n {
         let mut sampler = params.sampler.clone();
@@ -361,6 +371,8 @@ async fn generation(s: Arc<AppState>, req: Request, chat: bool) -> Result<Respon
             },
             index,
             logprobs: params.logprobs,
+            // Each choice follows the grammar from its start.
+            constraint: constraint.clone(),
             tx: tx.clone(),
             enqueued: Instant::now(),
         };

@@ -22,13 +22,14 @@
 //!   request with the same prefix.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use lamina_model::chat::ChatTemplate;
 use lamina_model::embed::{EmbedOptions, Embedder, Pair};
 use lamina_model::generate::{GenerateOptions, StopReason};
+use lamina_model::grammar::{Constraint, Grammar, Grammars};
 use lamina_model::sampling::SamplerParams;
 use lamina_model::scheduler::{Event, Refusal, Request, Scheduler, SchedulerOptions};
 use lamina_model::tokenizer::Tokenizer;
@@ -281,6 +282,29 @@ pub struct GenModel {
     pub kv: KvType,
     /// Most tokens one forward pass takes.
     pub batch: usize,
+    /// The vocabulary compiled for grammars, on the first request with one.
+    pub grammars: OnceLock<Result<Grammars, String>>,
+}
+
+impl GenModel {
+    /// `grammar` compiled for one generation of this model; a grammar the
+    /// engine refuses is the request's `response_format` error. Blocking:
+    /// the first call compiles the vocabulary.
+    pub fn constraint(&self, grammar: &Grammar) -> Result<Constraint, ApiError> {
+        let grammars = self
+            .grammars
+            .get_or_init(|| Grammars::new(&self.tok).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|e| {
+                ApiError::invalid_param(
+                    "response_format",
+                    format!("this model cannot follow a grammar: {e}"),
+                )
+            })?;
+        grammars
+            .constraint(grammar)
+            .map_err(|e| ApiError::invalid_param("response_format", e.to_string()))
+    }
 }
 
 /// What a slot sends back while generating.
@@ -312,6 +336,8 @@ pub struct GenJob {
     pub index: usize,
     /// Alternatives per token when log-probabilities are asked for.
     pub logprobs: Option<usize>,
+    /// The grammar the text must follow, compiled.
+    pub constraint: Option<Constraint>,
     pub tx: GenSender,
     pub enqueued: Instant,
 }
@@ -382,6 +408,7 @@ pub fn gen_worker(
                 prompt: job.prompt,
                 sampler: job.sampler,
                 opts: job.opts,
+                constraint: job.constraint,
             };
             match sched.admit(req) {
                 Ok(seq) => {
