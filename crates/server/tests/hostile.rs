@@ -592,7 +592,9 @@ fn a_runaway_chat_template_is_stopped() {
         let took = t0.elapsed();
         let v = r.assert_error(400, "a runaway chat template");
         assert_eq!(v["error"]["param"], "messages", "{v}");
-        assert!(took < Duration::from_secs(1), "answered in {took:?}");
+        // A guard against a hang (the template runs 10^10 steps unchecked),
+        // not a speed check: loaded CI hosts answer in far less.
+        assert!(took < Duration::from_secs(60), "answered in {took:?}");
     }
     // No thread is left busy: the server still answers at once.
     assert_eq!(get(server.addr, "/health").status, 200);
