@@ -6,7 +6,6 @@ mod common;
 
 use common::*;
 use lamina_kernels::pool::Rayon;
-use lamina_model::chat::{ChatTemplate, Message};
 use lamina_model::generate::Session;
 use lamina_model::tokenizer::Tokenizer;
 use lamina_model::{KvType, Model};
@@ -46,11 +45,7 @@ fn log_softmax(logits: &[f32]) -> Vec<f64> {
 fn reference(path: &std::path::Path, content: &str, steps: usize) -> Vec<(u32, Vec<f64>)> {
     let model = Model::open(path).unwrap();
     let tok = Tokenizer::from_gguf(&model.file).unwrap();
-    let template = ChatTemplate::for_model(&model.file, model.hp.family, &tok).unwrap();
-    let prompt = template
-        .render(&[Message::new("user", content)], true)
-        .unwrap();
-    let ids = tok.encode(&prompt, true, true);
+    let ids = chat_ids(&model, &tok, content);
     let mut session = Session::with_batch(&model, &tok, 512, KvType::F16, 8).unwrap();
     session.prefill(&ids, &Rayon).unwrap();
     let mut out = Vec::new();

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use lamina_kernels::pool::Rayon;
-use lamina_model::chat::{ChatTemplate, Message};
 use lamina_model::embed::{EmbedOptions, Embedder};
 use lamina_model::generate::{GenerateOptions, Session};
 use lamina_model::sampling::{Sampler, SamplerParams};
@@ -45,11 +44,7 @@ fn in_process_chat(
 ) -> (usize, String) {
     let model = Model::open(path).unwrap();
     let tok = Tokenizer::from_gguf(&model.file).unwrap();
-    let template = ChatTemplate::for_model(&model.file, model.hp.family, &tok).unwrap();
-    let prompt = template
-        .render(&[Message::new("user", content)], true)
-        .unwrap();
-    let ids = tok.encode(&prompt, true, true);
+    let ids = chat_ids(&model, &tok, content);
     let mut session = Session::with_batch(&model, &tok, 1024, KvType::F16, batch).unwrap();
     session.prefill(&ids, &Rayon).unwrap();
     let mut sampler = Sampler::new(SamplerParams::greedy(), model.hp.n_vocab);

@@ -228,3 +228,18 @@ pub fn checkpoint_gguf(name: &str, dir: &std::path::Path) -> PathBuf {
     convert(&opts, &mut |_| {}).unwrap_or_else(|e| panic!("converting {name}: {e}"));
     output
 }
+
+/// The ids the server's chat route gives one user message: the model's own
+/// chat template, as the in-process references render it.
+pub fn chat_ids(
+    model: &lamina_model::Model,
+    tok: &lamina_model::tokenizer::Tokenizer,
+    content: &str,
+) -> Vec<u32> {
+    use lamina_model::chat::{ChatTemplate, Message};
+    let template = ChatTemplate::for_model(&model.file, model.hp.family, tok).unwrap();
+    let prompt = template
+        .render(&[Message::new("user", content)], true)
+        .unwrap();
+    tok.encode(&prompt, true, true)
+}
