@@ -190,7 +190,8 @@ impl Sampler {
         }
     }
 
-    /// Records a token of the sequence (prompt or generated) for the penalties.
+    /// Records a generated token: for the penalties, and to move the
+    /// grammar past it (prompt tokens go through [`Sampler::set_history`]).
     pub fn accept(&mut self, token: u32) {
         if let Some(c) = &mut self.constraint {
             c.advance(token);
