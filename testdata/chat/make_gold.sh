@@ -1,6 +1,7 @@
 #!/bin/sh
 # Regenerates gold/*.json: each template of templates/ rendered by llama.cpp's
-# own chat layer (tools/chat_gold.cpp) on every conversation of cases.json.
+# own chat layer (tools/chat_gold.cpp) on every conversation of cases.json,
+# and gold/tools/*.json on those of tool_cases.json (tools, calls, replies).
 # Usage: testdata/chat/make_gold.sh   (from the repository root)
 # LCPP: the llama.cpp source tree (include/, ggml/include/, common/, vendor/);
 # BUILD: its CMake build folder (src/, ggml/src/, common/ static libraries).
@@ -28,10 +29,12 @@ tokens() {
         *) echo "no token source for $1" >&2; exit 1 ;;
     esac
 }
-mkdir -p "$D/gold"
+mkdir -p "$D/gold/tools"
 for f in "$D"/templates/*.jinja; do
     name=$(basename "$f" .jinja)
     # shellcheck disable=SC2046 # the flags are split on purpose
     TZ=UTC "$TOOL" "$f" "$D/cases.json" $(tokens "$name") > "$D/gold/$name.json"
+    # shellcheck disable=SC2046
+    TZ=UTC "$TOOL" "$f" "$D/tool_cases.json" $(tokens "$name") > "$D/gold/tools/$name.json"
     echo "$name done"
 done

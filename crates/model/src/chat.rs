@@ -21,6 +21,8 @@
 
 mod funcs;
 mod tokens;
+pub mod tool_parse;
+pub mod tools;
 
 use std::io;
 
@@ -33,6 +35,7 @@ use funcs::{now_secs, raise_exception, strftime, tojson};
 use crate::ModelError;
 use crate::family::Family;
 use crate::tokenizer::Tokenizer;
+use tools::{Tool, ToolCall, ToolFormat};
 
 /// Gemma 3's template from its Hugging Face tokenizer config (system
 /// messages are merged into the first user turn).
@@ -89,11 +92,17 @@ pub const GEMMA_TEMPLATE: &str = r#"{{ bos_token }}
 pub const CHATML_TEMPLATE: &str = "{%- for message in messages -%}\n  {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' -}}\n{%- endfor -%}\n{%- if add_generation_prompt -%}\n  {{- '<|im_start|>assistant\\n' -}}\n{%- endif -%}";
 
 /// One turn of a conversation.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Message {
-    /// `system`, `user` or `assistant`.
+    /// `system`, `user`, `assistant` or `tool`.
     pub role: String,
     pub content: String,
+    /// The calls an assistant turn made.
+    pub tool_calls: Vec<ToolCall>,
+    /// The call a `tool` turn answers.
+    pub tool_call_id: Option<String>,
+    /// The function a `tool` turn answers for.
+    pub name: Option<String>,
 }
 
 impl Message {
@@ -101,7 +110,49 @@ impl Message {
         Message {
             role: role.to_string(),
             content: content.into(),
+            ..Message::default()
         }
+    }
+
+    /// The message as templates read it: OpenAI's fields, a call's
+    /// arguments as an object.
+    fn to_json(&self) -> serde_json::Value {
+        let mut m = serde_json::json!({"role": self.role, "content": self.content});
+        if !self.tool_calls.is_empty() {
+            let calls: Vec<serde_json::Value> = self
+                .tool_calls
+                .iter()
+                .map(|c| {
+                    serde_json::json!({
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": tools::arguments_value(&c.arguments)},
+                    })
+                })
+                .collect();
+            m["tool_calls"] = calls.into();
+        }
+        if let Some(id) = &self.tool_call_id {
+            m["tool_call_id"] = id.as_str().into();
+        }
+        if let Some(name) = &self.name {
+            m["name"] = name.as_str().into();
+        }
+        m
+    }
+
+    /// Bytes the message brings to a rendering.
+    fn size(&self) -> usize {
+        let calls: usize = self
+            .tool_calls
+            .iter()
+            .map(|c| c.id.len() + c.name.len() + c.arguments.len() + 64)
+            .sum();
+        self.role.len()
+            + self.content.len()
+            + calls
+            + self.tool_call_id.as_ref().map_or(0, String::len)
+            + self.name.as_ref().map_or(0, String::len)
     }
 }
 
@@ -129,6 +180,8 @@ pub struct ChatTemplate {
     clock: Option<u64>,
     /// Whether the template renders a leading system message's content.
     system_role: bool,
+    /// How the template's model writes tool calls.
+    pub tool_format: ToolFormat,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -241,6 +294,7 @@ impl ChatTemplate {
             strip_eos: false,
             clock: None,
             system_role: true,
+            tool_format: ToolFormat::detect(src),
         };
         t.system_role = t.renders_system_text();
         Ok(t)
@@ -272,7 +326,7 @@ impl ChatTemplate {
             Message::new("system", PROBE),
             Message::new("user", "User message"),
         ];
-        self.render_raw(&msgs, true)
+        self.render_raw(&msgs, None, true)
             .is_ok_and(|out| out.contains(PROBE))
     }
 
@@ -285,26 +339,49 @@ impl ChatTemplate {
         messages: &[Message],
         add_generation_prompt: bool,
     ) -> Result<String, ModelError> {
+        self.render_with_tools(messages, None, add_generation_prompt)
+    }
+
+    /// [`ChatTemplate::render`] with tools the model may call: a template
+    /// that takes `tools` gets them, one that does not gets them described
+    /// in the system message ([`tools::generic_messages`]).
+    pub fn render_with_tools(
+        &self,
+        messages: &[Message],
+        tools: Option<&[Tool]>,
+        add_generation_prompt: bool,
+    ) -> Result<String, ModelError> {
+        let generic;
+        let (messages, tools) = match tools {
+            Some(t) if !self.tool_format.native() => {
+                generic = tools::generic_messages(messages, t);
+                (&generic[..], None)
+            }
+            t => (messages, t),
+        };
         if self.system_role || messages.first().is_none_or(|m| m.role != "system") {
-            return self.render_raw(messages, add_generation_prompt);
+            return self.render_raw(messages, tools, add_generation_prompt);
         }
         // llama.cpp's workaround for templates without a system role.
         let mut merged = messages[1..].to_vec();
         if let Some(first) = merged.first_mut() {
             first.content = format!("{}\n{}", messages[0].content, first.content);
         }
-        self.render_raw(&merged, add_generation_prompt)
+        self.render_raw(&merged, tools, add_generation_prompt)
     }
 
     fn render_raw(
         &self,
         messages: &[Message],
+        tools: Option<&[Tool]>,
         add_generation_prompt: bool,
     ) -> Result<String, ModelError> {
-        let msgs: Vec<serde_json::Value> = messages
-            .iter()
-            .map(|m| serde_json::json!({"role": m.role, "content": m.content}))
-            .collect();
+        let msgs: Vec<serde_json::Value> = messages.iter().map(Message::to_json).collect();
+        let tools: Option<Vec<serde_json::Value>> =
+            tools.map(|t| t.iter().map(Tool::to_openai).collect());
+        let tools_size = tools
+            .as_ref()
+            .map_or(0, |t| serde_json::to_string(t).map_or(0, |s| s.len()));
         let now = self.clock.unwrap_or_else(now_secs);
         let ctx = minijinja::context! {
             messages => Value::from_serialize(&msgs),
@@ -313,6 +390,10 @@ impl ChatTemplate {
             enable_thinking => true,
             date_string => strftime("%d %b %Y", now),
             datetime => strftime("%b %d %Y", now),
+        };
+        let ctx = match &tools {
+            Some(t) => minijinja::context! { tools => Value::from_serialize(t), ..ctx },
+            None => ctx,
         };
         // llama.cpp leaves the variable undefined rather than false.
         let ctx = if add_generation_prompt {
@@ -324,10 +405,7 @@ impl ChatTemplate {
             .env
             .get_template(NAME)
             .map_err(|e| ModelError::Input(format!("chat template: {e:#}")))?;
-        let own: usize = messages
-            .iter()
-            .map(|m| m.content.len() + m.role.len())
-            .sum();
+        let own: usize = messages.iter().map(Message::size).sum::<usize>() + tools_size;
         let cap = own.saturating_mul(4).saturating_add(OUTPUT_BASE);
         let mut w = CappedWriter {
             buf: Vec::new(),

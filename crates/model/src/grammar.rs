@@ -61,7 +61,7 @@ impl Grammar {
 
 /// `schema` with [`json_layout`] unless it sets its own `x-guidance`, and
 /// its integers bounded.
-fn with_layout(mut schema: Value) -> Value {
+pub(crate) fn with_layout(mut schema: Value) -> Value {
     bound_integers(&mut schema, 0);
     if let Value::Object(map) = &mut schema
         && !map.contains_key("x-guidance")

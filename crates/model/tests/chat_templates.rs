@@ -3,22 +3,11 @@
 //! engine and chat layer render them (gold in `testdata/chat/gold/`, made by
 //! `testdata/chat/make_gold.sh` with the clock fixed at 2025-03-14 09:30 UTC).
 
-use std::path::PathBuf;
+mod common;
 
-use lamina_model::chat::{ChatTemplate, Message, TemplateSource};
+use common::{chat_dir, gold_template, read_json};
+use lamina_model::chat::Message;
 use serde_json::Value;
-
-/// The time the gold was rendered at (2025-03-14 09:30:00 UTC).
-const GOLD_TIME: u64 = 1_741_944_600;
-
-fn chat_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/chat")
-}
-
-fn read_json(path: PathBuf) -> Value {
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).expect("parse JSON")
-}
 
 fn messages(case: &Value) -> Vec<Message> {
     case["messages"]
@@ -33,8 +22,6 @@ fn messages(case: &Value) -> Vec<Message> {
 /// llama.cpp's rendering; returns the number of cases.
 fn check(name: &str) -> usize {
     let dir = chat_dir();
-    let src = std::fs::read_to_string(dir.join(format!("templates/{name}.jinja")))
-        .expect("read template");
     let gold = read_json(dir.join(format!("gold/{name}.json")));
     let cases = read_json(dir.join("cases.json"));
     let cases = cases.as_array().expect("cases");
@@ -44,16 +31,7 @@ fn check(name: &str) -> usize {
         want.len(),
         "{name}: gold is stale, rerun make_gold.sh"
     );
-    let t = ChatTemplate::with_tokens(
-        &src,
-        TemplateSource::Custom,
-        gold["bos_token"].as_str().unwrap(),
-        gold["eos_token"].as_str().unwrap(),
-        gold["add_bos"].as_bool().unwrap(),
-    )
-    .expect("template compiles")
-    .strip_eos(gold["add_eos"].as_bool().unwrap())
-    .at_time(GOLD_TIME);
+    let t = gold_template(name, &gold);
     let mut diffs = Vec::new();
     for (case, want) in cases.iter().zip(want) {
         assert_eq!(case["name"], want["name"], "{name}: gold is stale");

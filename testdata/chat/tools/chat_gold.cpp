@@ -8,8 +8,13 @@
 // come from it exactly as `llama-server` derives them; otherwise the given
 // texts are used with add_bos = add_eos = false (llama.cpp's no-model path).
 // CASES_JSON: [{"name", "messages": [{"role", "content"}], "add_generation_prompt"}].
+// A case may also give "tools" (OpenAI's function objects), "tool_choice"
+// ("auto" or "required"), "parallel_tool_calls", messages with "tool_calls",
+// "tool_call_id" and "name", and "outputs": {TEMPLATE_PREFIX: [reply text]},
+// replies that llama.cpp's parser for the rendered prompt then splits into
+// content and tool calls.
 // Output (stdout, one JSON object): bos_token, eos_token, add_bos, add_eos
-// and for each case its rendered "prompt" (or "error").
+// and for each case its rendered "prompt" (or "error") and parsed "replies".
 // The clock that `strftime_now` reads is fixed (see time() below), and TZ
 // should be UTC, so dated templates render reproducibly.
 #include "chat.h"
@@ -61,6 +66,24 @@ static std::string slurp(const char * path) {
     return ss.str();
 }
 
+static common_chat_msg read_msg(const json & m) {
+    common_chat_msg msg;
+    msg.role = m.at("role").get<std::string>();
+    msg.content = m.value("content", "");
+    if (m.contains("tool_calls")) {
+        for (const auto & c : m.at("tool_calls")) {
+            common_chat_tool_call call;
+            call.id = c.value("id", "");
+            call.name = c.at("function").at("name").get<std::string>();
+            call.arguments = c.at("function").at("arguments").get<std::string>();
+            msg.tool_calls.push_back(call);
+        }
+    }
+    msg.tool_call_id = m.value("tool_call_id", "");
+    msg.tool_name = m.value("name", "");
+    return msg;
+}
+
 int main(int argc, char ** argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s TEMPLATE CASES_JSON (--vocab GGUF | --bos TEXT --eos TEXT)\n", argv[0]);
@@ -104,16 +127,47 @@ int main(int argc, char ** argv) {
     for (const auto & c : cases) {
         common_chat_templates_inputs in;
         for (const auto & m : c.at("messages")) {
-            common_chat_msg msg;
-            msg.role = m.at("role").get<std::string>();
-            msg.content = m.at("content").get<std::string>();
-            in.messages.push_back(msg);
+            in.messages.push_back(read_msg(m));
+        }
+        if (c.contains("tools")) {
+            for (const auto & t : c.at("tools")) {
+                const auto & f = t.at("function");
+                in.tools.push_back({f.at("name").get<std::string>(), f.value("description", ""),
+                                    f.at("parameters").dump()});
+            }
+            in.tool_choice = c.value("tool_choice", "auto") == "required" ? COMMON_CHAT_TOOL_CHOICE_REQUIRED
+                                                                         : COMMON_CHAT_TOOL_CHOICE_AUTO;
+            in.parallel_tool_calls = c.value("parallel_tool_calls", false);
         }
         in.add_generation_prompt = c.at("add_generation_prompt").get<bool>();
         in.use_jinja = true;
         json r = {{"name", c.at("name")}, {"add_generation_prompt", in.add_generation_prompt}};
         try {
-            r["prompt"] = common_chat_templates_apply(tmpls.get(), in).prompt;
+            auto params = common_chat_templates_apply(tmpls.get(), in);
+            r["prompt"] = params.prompt;
+            std::string tmpl_name = argv[1];
+            json replies = json::array();
+            json outputs = c.value("outputs", json::object());
+            for (auto it = outputs.begin(); it != outputs.end(); ++it) {
+                const std::string prefix = it.key();
+                const json & texts = it.value();
+                if (tmpl_name.find("/" + prefix) == std::string::npos) {
+                    continue;
+                }
+                common_chat_parser_params pp(params);
+                pp.parser.load(params.parser);
+                for (const auto & text : texts) {
+                    auto msg = common_chat_parse(text.get<std::string>(), false, pp);
+                    json calls = json::array();
+                    for (const auto & tc : msg.tool_calls) {
+                        calls.push_back({{"name", tc.name}, {"arguments", tc.arguments}});
+                    }
+                    replies.push_back({{"text", text}, {"content", msg.content}, {"tool_calls", calls}});
+                }
+            }
+            if (!replies.empty()) {
+                r["replies"] = replies;
+            }
         } catch (const std::exception & e) {
             r["error"] = e.what();
         }

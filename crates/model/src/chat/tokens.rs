@@ -10,6 +10,7 @@
 //! content in the real rendering, and the tokenizer then ignores control
 //! tokens inside those byte ranges.
 
+use super::tools::Tool;
 use super::{ChatTemplate, Message};
 use crate::ModelError;
 use crate::tokenizer::Tokenizer;
@@ -40,7 +41,21 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         special_in_content: bool,
     ) -> Result<Vec<u32>, ModelError> {
-        let text = self.render(msgs, add_generation_prompt)?;
+        self.render_tokens_with_tools(tok, msgs, None, add_generation_prompt, special_in_content)
+    }
+
+    /// [`ChatTemplate::render_tokens`] with tools the model may call. The
+    /// tools, and the calls and ids of earlier turns, may not hold
+    /// control-token text.
+    pub fn render_tokens_with_tools(
+        &self,
+        tok: &Tokenizer,
+        msgs: &[Message],
+        tools: Option<&[Tool]>,
+        add_generation_prompt: bool,
+        special_in_content: bool,
+    ) -> Result<Vec<u32>, ModelError> {
+        let text = self.render_with_tools(msgs, tools, add_generation_prompt)?;
         if special_in_content {
             return Ok(tok.encode(&text, true, true));
         }
@@ -53,6 +68,27 @@ impl ChatTemplate {
                 m.role
             )));
         }
+        let forged_call = msgs.iter().any(|m| {
+            let calls = m.tool_calls.iter().any(|c| {
+                [&c.id, &c.name, &c.arguments]
+                    .iter()
+                    .any(|s| tok.has_control_text(s.as_bytes()))
+            });
+            let ids = [&m.tool_call_id, &m.name].iter().any(|s| {
+                s.as_ref()
+                    .is_some_and(|s| tok.has_control_text(s.as_bytes()))
+            });
+            calls || ids
+        });
+        let forged_tool = tools.is_some_and(|ts| {
+            ts.iter()
+                .any(|t| tok.has_control_text(t.to_openai().to_string().as_bytes()))
+        });
+        if forged_call || forged_tool {
+            return Err(ModelError::Input(
+                "a tool, tool call or tool call id contains special-token text".into(),
+            ));
+        }
         let forged: Vec<bool> = msgs
             .iter()
             .map(|m| tok.has_control_text(m.content.as_bytes()))
@@ -63,9 +99,12 @@ impl ChatTemplate {
         let marked: Vec<Message> = msgs
             .iter()
             .enumerate()
-            .map(|(i, m)| Message::new(&m.role, format!("{OPEN}{i}{CLOSE}")))
+            .map(|(i, m)| Message {
+                content: format!("{OPEN}{i}{CLOSE}"),
+                ..m.clone()
+            })
             .collect();
-        let skeleton = self.render(&marked, add_generation_prompt)?;
+        let skeleton = self.render_with_tools(&marked, tools, add_generation_prompt)?;
         let pieces = pieces(&skeleton, msgs.len());
         let ranges = locate(&text, &pieces, msgs).ok_or_else(|| {
             ModelError::Input(

@@ -12,6 +12,38 @@ pub use lamina_testkit::{embedding_model, present, required, say_skipped, skip_o
 pub mod checkpoint;
 pub mod summary;
 
+/// `testdata/chat`: real chat templates and llama.cpp's renderings of them.
+pub fn chat_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/chat")
+}
+
+/// A JSON file, parsed (the test fails naming the file if it cannot).
+pub fn read_json(path: PathBuf) -> serde_json::Value {
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The time the chat gold was rendered at (2025-03-14 09:30:00 UTC).
+pub const CHAT_GOLD_TIME: u64 = 1_741_944_600;
+
+/// Template `name` of `testdata/chat/templates/`, with the BOS/EOS texts
+/// and clock llama.cpp rendered `gold` with.
+pub fn gold_template(name: &str, gold: &serde_json::Value) -> lamina_model::chat::ChatTemplate {
+    use lamina_model::chat::{ChatTemplate, TemplateSource};
+    let path = chat_dir().join(format!("templates/{name}.jinja"));
+    let src = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    ChatTemplate::with_tokens(
+        &src,
+        TemplateSource::Custom,
+        gold["bos_token"].as_str().unwrap(),
+        gold["eos_token"].as_str().unwrap(),
+        gold["add_bos"].as_bool().unwrap(),
+    )
+    .expect("template compiles")
+    .strip_eos(gold["add_eos"].as_bool().unwrap())
+    .at_time(CHAT_GOLD_TIME)
+}
+
 pub fn testdata(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../testdata/generate")
