@@ -104,6 +104,10 @@ pub struct Args {
     /// tokens (by default it is tokenized as plain text).
     #[arg(long)]
     chat_special_in_content: bool,
+    /// A Jinja chat template file used instead of each model's own (for
+    /// example one whose model writes tool calls).
+    #[arg(long, value_name = "FILE")]
+    chat_template_file: Option<std::path::PathBuf>,
     /// Element type of the KV cache.
     #[arg(long, value_enum, default_value = "f16")]
     kv_type: KvArg,
@@ -124,6 +128,13 @@ pub fn run(args: Args) -> Result<()> {
         .iter()
         .map(|m| models::resolve(m))
         .collect::<Result<Vec<_>>>()?;
+    let chat_template = match &args.chat_template_file {
+        Some(f) => Some(
+            std::fs::read_to_string(f)
+                .with_context(|| format!("reading chat template {}", f.display()))?,
+        ),
+        None => None,
+    };
     let cfg = ServeConfig {
         models,
         api_key,
@@ -154,6 +165,7 @@ pub fn run(args: Args) -> Result<()> {
         allowed_hosts: args.allowed_hosts,
         cors_origins: args.cors_origins,
         special_in_content: args.chat_special_in_content,
+        chat_template,
         ..ServeConfig::default()
     };
     let keyed = cfg.api_key.is_some();

@@ -42,6 +42,7 @@ pub mod rerank;
 pub mod routes;
 pub mod sched;
 pub mod tokenize;
+pub mod tools;
 pub mod workers;
 
 use std::net::SocketAddr;
@@ -51,7 +52,7 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use lamina_model::chat::ChatTemplate;
+use lamina_model::chat::{ChatTemplate, TemplateSource};
 use lamina_model::embed::Embedder;
 use lamina_model::tokenizer::Tokenizer;
 use lamina_model::{KvType, LoadOptions, ThreadPool};
@@ -129,6 +130,9 @@ pub struct ServeConfig {
     /// Whether special-token text inside chat message content is parsed as
     /// special tokens (off: it is tokenized as plain text).
     pub special_in_content: bool,
+    /// A Jinja chat template used instead of each generative model's own
+    /// (to give a model a template that knows tools, say).
+    pub chat_template: Option<String>,
 }
 
 impl Default for ServeConfig {
@@ -160,6 +164,7 @@ impl Default for ServeConfig {
             allowed_hosts: Vec::new(),
             cors_origins: Vec::new(),
             special_in_content: false,
+            chat_template: None,
         }
     }
 }
@@ -393,8 +398,11 @@ impl Server {
             let model = cfg.load.open(path).map_err(model_err)?;
             if model.has_lm_head() {
                 let tok = Tokenizer::from_gguf(&model.file).map_err(|e| model_err(e.into()))?;
-                let template = ChatTemplate::for_model(&model.file, model.hp.family, &tok)
-                    .map_err(model_err)?;
+                let template = match &cfg.chat_template {
+                    Some(src) => ChatTemplate::new(src, TemplateSource::Custom, &tok),
+                    None => ChatTemplate::for_model(&model.file, model.hp.family, &tok),
+                }
+                .map_err(model_err)?;
                 let n_ctx = cfg
                     .ctx
                     .unwrap_or_else(|| model.hp.n_ctx_train.min(DEFAULT_CTX));
