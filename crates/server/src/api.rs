@@ -7,6 +7,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use lamina_model::chat::Message;
+use lamina_model::chat::tools::{ToolCall, Tools};
 use lamina_model::generate::StopReason;
 use lamina_model::grammar::Grammar;
 use lamina_model::sampling::SamplerParams;
@@ -187,8 +188,15 @@ pub struct ChatMessage {
     pub role: Role,
     #[serde(default)]
     pub content: Option<Content>,
+    /// An assistant turn's calls.
     #[serde(default)]
-    pub tool_calls: Option<Shape>,
+    pub tool_calls: Option<Value>,
+    /// The call a `tool` turn answers.
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
+    /// The function a `tool` turn answers for.
+    #[serde(default)]
+    pub name: Option<String>,
 }
 
 /// `response_format`: `text`, `json_object`, or `json_schema` with its
@@ -270,8 +278,9 @@ pub struct GenRequest {
     pub top_logprobs: Option<i64>,
     pub echo: Option<bool>,
     pub suffix: Option<String>,
-    pub tools: Option<Shape>,
-    pub tool_choice: Option<Shape>,
+    pub tools: Option<Value>,
+    pub tool_choice: Option<Value>,
+    pub parallel_tool_calls: Option<bool>,
     pub functions: Option<Shape>,
     pub response_format: Option<ResponseFormat>,
     /// llama-server's GBNF grammar: refused, GBNF is not served.
@@ -307,6 +316,8 @@ pub struct GenParams {
     pub include_usage: bool,
     /// What the reply must follow (`response_format`).
     pub grammar: Option<Grammar>,
+    /// The functions the reply may call (chat only).
+    pub tools: Option<Tools>,
 }
 
 fn check_range(name: &str, v: Option<f64>, lo: f64, hi: f64) -> Result<Option<f32>, ApiError> {
@@ -393,9 +404,20 @@ impl GenRequest {
         if self.suffix.as_ref().is_some_and(|s| !s.is_empty()) {
             return Err(unsupported("suffix", "'suffix'"));
         }
-        if !matches!(self.tools, None | Some(Shape::Null | Shape::Array(0))) {
-            return Err(unsupported("tools", "Tool calling"));
-        }
+        let tools = if chat {
+            crate::tools::parse(
+                self.tools.as_ref(),
+                self.tool_choice.as_ref(),
+                self.parallel_tool_calls,
+            )?
+        } else if !matches!(self.tools, None | Some(Value::Null)) {
+            return Err(ApiError::invalid_param(
+                "tools",
+                "'tools' belongs to /v1/chat/completions",
+            ));
+        } else {
+            None
+        };
         if !matches!(self.functions, None | Some(Shape::Null | Shape::Array(0))) {
             return Err(unsupported("functions", "Function calling"));
         }
@@ -504,7 +526,18 @@ impl GenRequest {
                 .as_ref()
                 .and_then(|o| o.include_usage)
                 .unwrap_or(false),
-            grammar: self.grammar()?,
+            grammar: match (self.grammar()?, &tools) {
+                (Some(_), Some(_)) => {
+                    return Err(ApiError::invalid_param(
+                        "response_format",
+                        "a JSON 'response_format' and 'tools' cannot be combined: a reply is \
+                         either a tool call or the JSON object (set 'tool_choice' to \"none\" \
+                         to keep the format)",
+                    ));
+                }
+                (g, _) => g,
+            },
+            tools,
         })
     }
 
@@ -586,13 +619,20 @@ impl GenRequest {
                     Role::System => "system",
                     Role::User => "user",
                     Role::Assistant => "assistant",
-                    Role::Tool => {
-                        return Err(unsupported(&format!("{param}.role"), "Tool messages"));
+                    Role::Tool => "tool",
+                };
+                let tool_calls = match &m.tool_calls {
+                    None | Some(Value::Null) => Vec::new(),
+                    Some(v) if role == "assistant" => {
+                        crate::tools::message_calls(v, &format!("{param}.tool_calls"))?
+                    }
+                    Some(_) => {
+                        return Err(ApiError::invalid_param(
+                            &format!("{param}.tool_calls"),
+                            format!("'{param}.tool_calls' belongs to assistant messages"),
+                        ));
                     }
                 };
-                if !matches!(m.tool_calls, None | Some(Shape::Null)) {
-                    return Err(unsupported(&format!("{param}.tool_calls"), "Tool calls"));
-                }
                 let content = match &m.content {
                     Some(Content::Text(s)) => s.clone(),
                     None | Some(Content::Null) if role == "assistant" => String::new(),
@@ -623,7 +663,13 @@ impl GenRequest {
                         ));
                     }
                 };
-                Ok(Message::new(role, content))
+                let mut msg = Message::new(role, content);
+                msg.tool_calls = tool_calls;
+                if role == "tool" {
+                    msg.tool_call_id = m.tool_call_id.clone();
+                    msg.name = m.name.clone();
+                }
+                Ok(msg)
             })
             .collect()
     }
@@ -676,6 +722,8 @@ pub struct Choice {
     pub finish: &'static str,
     /// The `logprobs` object, or `None` for `null`.
     pub logprobs: Option<Value>,
+    /// The calls the reply made (chat with tools).
+    pub tool_calls: Vec<ToolCall>,
 }
 
 impl Reply {
@@ -686,9 +734,19 @@ impl Reply {
             .enumerate()
             .map(|(index, c)| {
                 if self.chat {
+                    let mut message = json!({"role": "assistant", "content": c.text});
+                    if !c.tool_calls.is_empty() {
+                        let calls: Vec<Value> =
+                            c.tool_calls.iter().map(crate::tools::call_json).collect();
+                        message["tool_calls"] = calls.into();
+                        // OpenAI's content of a reply that only calls.
+                        if c.text.is_empty() {
+                            message["content"] = Value::Null;
+                        }
+                    }
                     json!({
                         "index": index,
-                        "message": {"role": "assistant", "content": c.text},
+                        "message": message,
                         "logprobs": c.logprobs,
                         "finish_reason": c.finish,
                     })
@@ -735,6 +793,18 @@ impl Reply {
             "model": self.model,
             "system_fingerprint": null,
             "choices": [choice],
+        })
+    }
+
+    /// A streamed chat chunk of choice `index` with this `delta`.
+    pub fn delta_chunk(&self, index: usize, delta: Value) -> Value {
+        json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": null,
+            "choices": [{"index": index, "delta": delta, "logprobs": null, "finish_reason": null}],
         })
     }
 
@@ -845,7 +915,8 @@ mod tests {
             r#"{"messages": [{"role": "user"}]}"#,
             r#"{"messages": [{"role": "user", "content": 3}]}"#,
             r#"{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}"#,
-            r#"{"messages": [{"role": "tool", "content": "x"}]}"#,
+            r#"{"messages": [{"role": "user", "content": "x", "tool_calls": []}]}"#,
+            r#"{"messages": [{"role": "assistant", "content": "x", "tool_calls": 3}]}"#,
         ] {
             assert!(m(bad).is_err(), "{bad}");
         }

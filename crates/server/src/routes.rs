@@ -15,6 +15,8 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use lamina_model::ModelError;
+use lamina_model::chat::tool_parse::{ToolDelta, ToolParser};
+use lamina_model::chat::tools::{Tool, ToolCall, ToolFormat};
 use lamina_model::generate::GenerateOptions;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -256,6 +258,7 @@ async fn prompt_ids(
     g: &GenHandle,
     req: GenRequest,
     chat: bool,
+    tools: Option<Vec<Tool>>,
 ) -> Result<Vec<u32>, ApiError> {
     let gm = g.model.clone();
     if chat {
@@ -266,7 +269,7 @@ async fn prompt_ids(
         // the server was told otherwise; a template error is the request's.
         return tokio::task::spawn_blocking(move || {
             gm.template
-                .render_tokens(&gm.tok, &msgs, true, special)
+                .render_tokens_with_tools(&gm.tok, &msgs, tools.as_deref(), true, special)
                 .map_err(|e| ApiError::invalid_param("messages", e.to_string()))
         })
         .await
@@ -325,7 +328,8 @@ async fn generation(s: Arc<AppState>, req: Request, chat: bool) -> Result<Respon
     let g = s.generator(req.model.as_deref())?;
     let n_ctx = g.model.n_ctx;
     let mut params = req.params(n_ctx, chat, s.cfg.max_n)?;
-    let prompt = prompt_ids(&s, g, req, chat).await?;
+    let tool_list = params.tools.as_ref().map(|t| t.list.clone());
+    let prompt = prompt_ids(&s, g, req, chat, tool_list).await?;
     let field = if chat { "messages" } else { "prompt" };
     if prompt.is_empty() {
         return Err(ApiError::invalid_param(
@@ -349,11 +353,16 @@ async fn generation(s: Arc<AppState>, req: Request, chat: bool) -> Result<Respon
     // the first to the others instead of computing them again.
     // Compiled off the async threads: the first grammar also compiles the
     // model's vocabulary.
-    let constraint = match params.grammar.take() {
+    let format = g.model.template.tool_format;
+    let (grammar, param) = match &params.tools {
+        Some(tools) => (format.grammar(tools, &g.model.tok), "tools"),
+        None => (params.grammar.take(), "response_format"),
+    };
+    let constraint = match grammar {
         None => None,
         Some(grammar) => {
             let gm = g.model.clone();
-            let compiled = tokio::task::spawn_blocking(move || gm.constraint(&grammar));
+            let compiled = tokio::task::spawn_blocking(move || gm.constraint(&grammar, param));
             Some(compiled.await.map_err(join_error)??)
         }
     };
@@ -399,8 +408,12 @@ async fn generation(s: Arc<AppState>, req: Request, chat: bool) -> Result<Respon
         created: api::unix_now(),
         model: g.name.clone(),
     };
+    let tools = params.tools.is_some().then_some(format);
     let choices = (0..params.n)
-        .map(|_| ChoiceState::new(params.logprobs.is_some()))
+        .map(|i| {
+            let seed = params.sampler.seed ^ (id << 8 | i as u64);
+            ChoiceState::new(params.logprobs.is_some(), tools, seed)
+        })
         .collect();
     if params.stream {
         let stream = sse_stream(rx, reply, choices, params.include_usage, permit);
@@ -427,6 +440,7 @@ async fn generation(s: Arc<AppState>, req: Request, chat: bool) -> Result<Respon
                 completion_tokens,
             } => {
                 c.finish = api::finish_reason(stop);
+                c.split_calls();
                 usage.prompt_tokens = prompt_tokens;
                 usage.completion_tokens += completion_tokens;
                 left -= 1;
@@ -437,6 +451,7 @@ async fn generation(s: Arc<AppState>, req: Request, chat: bool) -> Result<Respon
                             text: std::mem::take(&mut c.text),
                             finish: c.finish,
                             logprobs: c.take_logprobs(chat),
+                            tool_calls: std::mem::take(&mut c.calls),
                         })
                         .collect();
                     return Ok(axum::Json(reply.full(choices, usage)).into_response());
@@ -463,15 +478,42 @@ struct ChoiceState {
     /// Text offset of the next completions entry, in characters.
     offset: usize,
     finish: &'static str,
+    /// Splits the reply into text and calls (a request with tools).
+    parser: Option<ToolParser>,
+    /// The calls of the reply so far.
+    calls: Vec<ToolCall>,
 }
 
 impl ChoiceState {
-    fn new(logprobs: bool) -> ChoiceState {
+    fn new(logprobs: bool, tools: Option<ToolFormat>, seed: u64) -> ChoiceState {
         ChoiceState {
             text: String::new(),
             entries: logprobs.then(Vec::new),
             offset: 0,
             finish: "stop",
+            parser: tools.map(|f| ToolParser::new(f, seed)),
+            calls: Vec::new(),
+        }
+    }
+
+    /// A whole reply's text split into text and calls; a reply that calls
+    /// finishes with `tool_calls`, as OpenAI's do.
+    fn split_calls(&mut self) {
+        let Some(p) = &mut self.parser else {
+            return;
+        };
+        let mut out = Vec::new();
+        p.push(&self.text, &mut out);
+        p.finish(&mut out);
+        self.text.clear();
+        for d in out {
+            match d {
+                ToolDelta::Content(s) => self.text.push_str(&s),
+                ToolDelta::Call(c) => self.calls.push(c),
+            }
+        }
+        if !self.calls.is_empty() && self.finish == "stop" {
+            self.finish = "tool_calls";
         }
     }
 
@@ -571,6 +613,13 @@ fn sse_stream(
             };
             match ev {
                 GenEvent::Logprobs(e) => c.push(e),
+                GenEvent::Text(t) if c.parser.is_some() => {
+                    let mut out = Vec::new();
+                    if let Some(p) = &mut c.parser {
+                        p.push(&t, &mut out);
+                    }
+                    stream_deltas(&st.reply, i, c, out, &mut st.pending);
+                }
                 GenEvent::Text(t) => {
                     let lp = c.take_logprobs(chat);
                     let chunk = st.reply.chunk(i, Some(&t), false, None, lp);
@@ -581,13 +630,23 @@ fn sse_stream(
                     prompt_tokens,
                     completion_tokens,
                 } => {
+                    let mut finish = api::finish_reason(stop);
+                    if c.parser.is_some() {
+                        let mut out = Vec::new();
+                        if let Some(p) = &mut c.parser {
+                            p.finish(&mut out);
+                        }
+                        stream_deltas(&st.reply, i, c, out, &mut st.pending);
+                        if !c.calls.is_empty() && finish == "stop" {
+                            finish = "tool_calls";
+                        }
+                    }
                     // Tokens whose text was held back or cut still get their entries.
                     if c.pending() {
                         let lp = c.take_logprobs(chat);
                         let chunk = st.reply.chunk(i, Some(""), false, None, lp);
                         st.pending.push_back(data(&chunk));
                     }
-                    let finish = api::finish_reason(stop);
                     let chunk = st.reply.chunk(i, None, false, Some(finish), None);
                     st.pending.push_back(data(&chunk));
                     st.usage.prompt_tokens = prompt_tokens;
@@ -608,6 +667,31 @@ fn sse_stream(
             }
         }
     })
+}
+
+/// Writes what a choice's tool parser settled: text as content chunks
+/// (with the log-probabilities so far), each call as its two deltas.
+fn stream_deltas(
+    reply: &Reply,
+    i: usize,
+    c: &mut ChoiceState,
+    out: Vec<ToolDelta>,
+    pending: &mut VecDeque<Event>,
+) {
+    for d in out {
+        match d {
+            ToolDelta::Content(t) => {
+                let lp = c.take_logprobs(true);
+                pending.push_back(data(&reply.chunk(i, Some(&t), false, None, lp)));
+            }
+            ToolDelta::Call(call) => {
+                for delta in crate::tools::call_deltas(c.calls.len(), &call) {
+                    pending.push_back(data(&reply.delta_chunk(i, delta)));
+                }
+                c.calls.push(call);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

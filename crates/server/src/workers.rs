@@ -288,22 +288,20 @@ pub struct GenModel {
 
 impl GenModel {
     /// `grammar` compiled for one generation of this model; a grammar the
-    /// engine refuses is the request's `response_format` error. Blocking:
-    /// the first call compiles the vocabulary.
-    pub fn constraint(&self, grammar: &Grammar) -> Result<Constraint, ApiError> {
+    /// engine refuses is an error of the request's field `param`
+    /// (`response_format`, `tools`). Blocking: the first call compiles the
+    /// vocabulary.
+    pub fn constraint(&self, grammar: &Grammar, param: &str) -> Result<Constraint, ApiError> {
         let grammars = self
             .grammars
             .get_or_init(|| Grammars::new(&self.tok).map_err(|e| e.to_string()))
             .as_ref()
             .map_err(|e| {
-                ApiError::invalid_param(
-                    "response_format",
-                    format!("this model cannot follow a grammar: {e}"),
-                )
+                ApiError::invalid_param(param, format!("this model cannot follow a grammar: {e}"))
             })?;
         grammars
             .constraint(grammar)
-            .map_err(|e| ApiError::invalid_param("response_format", e.to_string()))
+            .map_err(|e| ApiError::invalid_param(param, e.to_string()))
     }
 }
 

@@ -177,6 +177,58 @@ try:
 except openai.BadRequestError as e:
     check(e.body.get("param") == "response_format", f"400 names response_format: {e.body}")
 
+# Tool calls, through the client's types: pydantic tools are strict, so
+# `parse` fills `parsed_arguments`.
+class GetWeather(BaseModel):
+    city: str = Field(max_length=40)
+    unit: str = Field(pattern="^(celsius|fahrenheit)$")
+
+
+class GetTime(BaseModel):
+    tz: str = Field(max_length=40)
+
+
+tools = [openai.pydantic_function_tool(GetWeather, name="get_weather", description="Current weather in a city."),
+         openai.pydantic_function_tool(GetTime, name="get_time", description="Local time in a time zone.")]
+weather_q = [{"role": "user", "content": "Use the get_weather tool to get the weather in Paris."}]
+r = parse(model=CHAT, messages=weather_q, tools=tools, tool_choice="required", temperature=0.8, seed=1)
+call = r.choices[0].message.tool_calls[0]
+check(r.choices[0].finish_reason == "tool_calls", f"a forced call finishes with tool_calls: {r.choices[0]}")
+check(isinstance(call.function.parsed_arguments, (GetWeather, GetTime)), f"forced call parses: {call}")
+r = parse(model=CHAT, messages=weather_q, tools=tools, temperature=0,
+          tool_choice={"type": "function", "function": {"name": "get_time"}})
+call = r.choices[0].message.tool_calls[0]
+check(call.function.name == "get_time" and isinstance(call.function.parsed_arguments, GetTime), f"named call: {call}")
+r = parse(model=CHAT, messages=weather_q, tools=tools, tool_choice="auto", temperature=0)
+msg = r.choices[0].message
+check(msg.tool_calls and isinstance(msg.tool_calls[0].function.parsed_arguments, GetWeather), f"auto call: {msg}")
+# The call and its result go back; the model answers or calls again.
+history = weather_q + [msg.model_dump(exclude_none=True, exclude={"parsed"}),
+                       {"role": "tool", "tool_call_id": msg.tool_calls[0].id, "content": '{"temperature": 21}'}]
+for m in history[1:2]:
+    for tc in m.get("tool_calls", []):
+        tc["function"].pop("parsed_arguments", None)
+c = client.chat.completions.create(model=CHAT, messages=history, tools=tools, temperature=0, max_tokens=60)
+check(c.choices[0].message.content or c.choices[0].message.tool_calls, f"a tool result continues: {c.choices[0]}")
+# Streamed: the client reassembles the call from its deltas.
+stream = client.chat.completions.create(model=CHAT, messages=weather_q, tools=tools, tool_choice="required",
+                                        temperature=0, stream=True)
+parts = {}
+for chunk in stream:
+    for tc in chunk.choices[0].delta.tool_calls or [] if chunk.choices else []:
+        p = parts.setdefault(tc.index, {"name": "", "arguments": ""})
+        p["name"] += (tc.function and tc.function.name) or ""
+        p["arguments"] += (tc.function and tc.function.arguments) or ""
+whole = client.chat.completions.create(model=CHAT, messages=weather_q, tools=tools, tool_choice="required",
+                                       temperature=0).choices[0].message.tool_calls
+check([(p["name"], json.loads(p["arguments"])) for p in parts.values()]
+      == [(t.function.name, json.loads(t.function.arguments)) for t in whole], f"streamed calls: {parts} vs {whole}")
+try:
+    client.chat.completions.create(model=CHAT, messages=messages, tools=[{"type": "retrieval"}])
+    check(False, "a non-function tool is refused")
+except openai.BadRequestError as e:
+    check(e.body.get("param") == "tools[0]", f"400 names tools[0]: {e.body}")
+
 # Errors arrive as the client's exceptions.
 try:
     client.chat.completions.create(model=CHAT, messages=messages, temperature=-1)
