@@ -72,6 +72,7 @@ fn check(name: &str, format: ToolFormat, ours: &[&str]) -> usize {
     {
         assert_eq!(case["name"], want["name"], "{name}: gold is stale");
         let ts = tools(case);
+        let names: Vec<&str> = ts.iter().map(|t| t.name.as_str()).collect();
         let got = t.render_with_tools(&messages(case), Some(&ts), true);
         if format.native() {
             assert_eq!(
@@ -89,7 +90,7 @@ fn check(name: &str, format: ToolFormat, ours: &[&str]) -> usize {
         }
         for r in want["replies"].as_array().into_iter().flatten() {
             let reply = r["text"].as_str().unwrap();
-            let (content, calls) = parse_reply(format, reply, 1);
+            let (content, calls) = parse_reply(format, &names, reply, 1);
             let calls: Vec<(String, String)> =
                 calls.into_iter().map(|c| (c.name, c.arguments)).collect();
             let want_calls: Vec<(String, String)> = r["tool_calls"]

@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use lamina_model::ModelError;
 use lamina_model::chat::tool_parse::{ToolDelta, ToolParser};
-use lamina_model::chat::tools::{Tool, ToolCall, ToolFormat};
+use lamina_model::chat::tools::{Tool, ToolCall};
 use lamina_model::generate::GenerateOptions;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -408,11 +408,17 @@ async fn generation(s: Arc<AppState>, req: Request, chat: bool) -> Result<Respon
         created: api::unix_now(),
         model: g.name.clone(),
     };
-    let tools = params.tools.is_some().then_some(format);
+    let names: Option<Vec<String>> = params
+        .tools
+        .as_ref()
+        .map(|t| t.list.iter().map(|t| t.name.clone()).collect());
     let choices = (0..params.n)
         .map(|i| {
             let seed = params.sampler.seed ^ (id << 8 | i as u64);
-            ChoiceState::new(params.logprobs.is_some(), tools, seed)
+            let parser = names
+                .as_ref()
+                .map(|names| ToolParser::new(format, names.clone(), seed));
+            ChoiceState::new(params.logprobs.is_some(), parser)
         })
         .collect();
     if params.stream {
@@ -485,13 +491,13 @@ struct ChoiceState {
 }
 
 impl ChoiceState {
-    fn new(logprobs: bool, tools: Option<ToolFormat>, seed: u64) -> ChoiceState {
+    fn new(logprobs: bool, parser: Option<ToolParser>) -> ChoiceState {
         ChoiceState {
             text: String::new(),
             entries: logprobs.then(Vec::new),
             offset: 0,
             finish: "stop",
-            parser: tools.map(|f| ToolParser::new(f, seed)),
+            parser,
             calls: Vec::new(),
         }
     }

@@ -51,6 +51,8 @@ const CLOSE: &str = "</tool_call>";
 #[derive(Debug)]
 pub struct ToolParser {
     format: ToolFormat,
+    /// The functions offered: a call to any other is text.
+    names: Vec<String>,
     state: State,
     /// Text received and not yet given out.
     buf: String,
@@ -63,10 +65,12 @@ pub struct ToolParser {
 }
 
 impl ToolParser {
-    /// A parser for one reply; `seed` makes its call ids.
-    pub fn new(format: ToolFormat, seed: u64) -> ToolParser {
+    /// A parser for one reply calling the functions `names`; `seed`
+    /// makes its call ids.
+    pub fn new(format: ToolFormat, names: Vec<String>, seed: u64) -> ToolParser {
         ToolParser {
             format,
+            names,
             state: if format == ToolFormat::Generic {
                 State::Whole
             } else {
@@ -247,6 +251,11 @@ impl ToolParser {
         let Ok(Value::String(name)) = serde_json::from_str(map.remove("name")?.get()) else {
             return None;
         };
+        // An object that only looks like a call (a reply in JSON with a
+        // "name") stays text.
+        if !self.names.contains(&name) {
+            return None;
+        }
         let args = map.remove("arguments").or_else(|| map.remove("parameters"));
         let arguments = match args {
             None => "{}".to_string(),
@@ -361,9 +370,16 @@ fn partial_suffix(s: &str, marker: &str) -> usize {
         .unwrap_or(0)
 }
 
-/// Parses a whole reply: its text (trimmed) and its calls.
-pub fn parse_reply(format: ToolFormat, text: &str, seed: u64) -> (String, Vec<ToolCall>) {
-    let mut p = ToolParser::new(format, seed);
+/// Parses a whole reply calling the functions `names`: its text (trimmed)
+/// and its calls.
+pub fn parse_reply(
+    format: ToolFormat,
+    names: &[&str],
+    text: &str,
+    seed: u64,
+) -> (String, Vec<ToolCall>) {
+    let names = names.iter().map(|n| n.to_string()).collect();
+    let mut p = ToolParser::new(format, names, seed);
     let mut out = Vec::new();
     p.push(text, &mut out);
     p.finish(&mut out);
@@ -382,12 +398,14 @@ pub fn parse_reply(format: ToolFormat, text: &str, seed: u64) -> (String, Vec<To
 mod tests {
     use super::*;
 
+    const NAMES: &[&str] = &["f", "get_weather"];
+
     fn call(name: &str, args: &str) -> (String, String) {
         (name.to_string(), args.to_string())
     }
 
     fn calls(format: ToolFormat, text: &str) -> (String, Vec<(String, String)>) {
-        let (content, cs) = parse_reply(format, text, 1);
+        let (content, cs) = parse_reply(format, NAMES, text, 1);
         (
             content,
             cs.into_iter().map(|c| (c.name, c.arguments)).collect(),
@@ -416,7 +434,7 @@ mod tests {
         let text =
             "Sure <tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": \"<tool\"}}\n</tool_call>";
         for step in 1..8 {
-            let mut p = ToolParser::new(ToolFormat::Hermes, 7);
+            let mut p = ToolParser::new(ToolFormat::Hermes, vec!["f".into()], 7);
             let mut out = Vec::new();
             let chars: Vec<char> = text.chars().collect();
             for piece in chars.chunks(step) {
@@ -450,9 +468,16 @@ mod tests {
             calls(ToolFormat::Llama3, "Hello {there}"),
             ("Hello {there}".to_string(), vec![])
         );
+        // JSON that names no offered function is a reply, not a call.
+        let person = r#"{"name": "Ada", "parameters": {"age": 36}}"#;
+        assert_eq!(
+            calls(ToolFormat::Llama3, person),
+            (person.to_string(), vec![])
+        );
         let m = ToolFormat::MarkedArray("[TOOL_CALLS]");
         let (_, cs) = parse_reply(
             m,
+            NAMES,
             r#"[{"name": "f", "arguments": {"a": 1}, "id": "abcdefghi"}]"#,
             1,
         );
@@ -484,7 +509,7 @@ mod tests {
     fn generic_responses_stream() {
         let text = r#"{"response": "a\nb \"q\" \ud83e\udd80 é."}"#;
         for step in 1..6 {
-            let mut p = ToolParser::new(ToolFormat::Generic, 1);
+            let mut p = ToolParser::new(ToolFormat::Generic, vec![], 1);
             let mut out = Vec::new();
             let chars: Vec<char> = text.chars().collect();
             for piece in chars.chunks(step) {
@@ -508,13 +533,14 @@ mod tests {
     fn ids_are_fresh_and_shaped() {
         let (_, cs) = parse_reply(
             ToolFormat::Hermes,
+            NAMES,
             "<tool_call>{\"name\": \"f\"}</tool_call><tool_call>{\"name\": \"f\"}</tool_call>",
             3,
         );
         assert_ne!(cs[0].id, cs[1].id);
         assert!(cs[0].id.starts_with("call_") && cs[0].id.len() == 29);
         let m = ToolFormat::MarkedArray("[TOOL_CALLS]");
-        let (_, cs) = parse_reply(m, r#"[{"name": "f", "arguments": {}}]"#, 3);
+        let (_, cs) = parse_reply(m, NAMES, r#"[{"name": "f", "arguments": {}}]"#, 3);
         assert!(cs[0].id.len() == 9 && cs[0].id.bytes().all(|b| b.is_ascii_alphanumeric()));
     }
 }
