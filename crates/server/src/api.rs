@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 use crate::error::ApiError;
 use crate::input::{Content, Role, Shape, Stop};
 use crate::logprobs::{MAX_TOP_CHAT, MAX_TOP_COMPLETIONS};
+use crate::tree::Tree;
 
 /// Most stop strings a request may give.
 pub const MAX_STOP: usize = 16;
@@ -27,6 +28,7 @@ pub const MAX_STOP_LEN: usize = 1024;
 
 /// Parses a JSON body into `T`; errors name the field at fault.
 pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    crate::tree::reset();
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::invalid(
             "The request body is empty: expected a JSON object",
@@ -190,7 +192,7 @@ pub struct ChatMessage {
     pub content: Option<Content>,
     /// An assistant turn's calls.
     #[serde(default)]
-    pub tool_calls: Option<Value>,
+    pub tool_calls: Option<Tree>,
     /// The call a `tool` turn answers.
     #[serde(default)]
     pub tool_call_id: Option<String>,
@@ -216,7 +218,7 @@ pub struct JsonSchemaFormat {
     #[serde(default)]
     pub name: Option<String>,
     #[serde(default)]
-    pub schema: Option<Value>,
+    pub schema: Option<Tree>,
     #[serde(default)]
     pub strict: Option<bool>,
 }
@@ -228,7 +230,12 @@ impl ResponseFormat {
             None | Some("text") => Ok(None),
             Some("json_object") => Ok(Some(Grammar::JsonObject)),
             Some("json_schema") => {
-                match self.json_schema.as_ref().and_then(|j| j.schema.as_ref()) {
+                match self
+                    .json_schema
+                    .as_ref()
+                    .and_then(|j| j.schema.as_ref())
+                    .map(|t| &t.0)
+                {
                     Some(schema @ Value::Object(_)) => {
                         Ok(Some(Grammar::JsonSchema(schema.clone())))
                     }
@@ -278,15 +285,15 @@ pub struct GenRequest {
     pub top_logprobs: Option<i64>,
     pub echo: Option<bool>,
     pub suffix: Option<String>,
-    pub tools: Option<Value>,
-    pub tool_choice: Option<Value>,
+    pub tools: Option<Tree>,
+    pub tool_choice: Option<Tree>,
     pub parallel_tool_calls: Option<bool>,
     pub functions: Option<Shape>,
     pub response_format: Option<ResponseFormat>,
     /// llama-server's GBNF grammar: refused, GBNF is not served.
     pub grammar: Option<Shape>,
     /// llama-server's JSON Schema field, the same as a `json_schema` response format.
-    pub json_schema: Option<Value>,
+    pub json_schema: Option<Tree>,
     pub logit_bias: Option<Shape>,
     pub ignore_eos: Option<bool>,
     pub user: Option<Shape>,
@@ -358,7 +365,7 @@ impl GenRequest {
             Some(rf) => rf.grammar()?,
             None => None,
         };
-        match (&self.json_schema, from_format) {
+        match (self.json_schema.as_ref().map(|t| &t.0), from_format) {
             (None | Some(Value::Null), g) => Ok(g),
             (Some(schema @ Value::Object(_)), None) => {
                 Ok(Some(Grammar::JsonSchema(schema.clone())))
@@ -406,11 +413,11 @@ impl GenRequest {
         }
         let tools = if chat {
             crate::tools::parse(
-                self.tools.as_ref(),
-                self.tool_choice.as_ref(),
+                self.tools.as_ref().map(|t| &t.0),
+                self.tool_choice.as_ref().map(|t| &t.0),
                 self.parallel_tool_calls,
             )?
-        } else if !matches!(self.tools, None | Some(Value::Null)) {
+        } else if !matches!(self.tools, None | Some(Tree(Value::Null))) {
             return Err(ApiError::invalid_param(
                 "tools",
                 "'tools' belongs to /v1/chat/completions",
@@ -621,7 +628,7 @@ impl GenRequest {
                     Role::Assistant => "assistant",
                     Role::Tool => "tool",
                 };
-                let tool_calls = match &m.tool_calls {
+                let tool_calls = match m.tool_calls.as_ref().map(|t| &t.0) {
                     None | Some(Value::Null) => Vec::new(),
                     Some(v) if role == "assistant" => {
                         crate::tools::message_calls(v, &format!("{param}.tool_calls"))?

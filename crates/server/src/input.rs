@@ -4,7 +4,8 @@
 //! strings, and the fields that are only checked for presence ([`Shape`]),
 //! which are skipped without building anything. No request is ever parsed
 //! into a generic `serde_json::Value` tree, which costs tens of times its
-//! text.
+//! text, except the fields that are trees by nature ([`crate::tree`]),
+//! under a budget.
 
 use std::cell::RefCell;
 use std::fmt;

@@ -43,6 +43,7 @@ pub mod routes;
 pub mod sched;
 pub mod tokenize;
 pub mod tools;
+pub mod tree;
 pub mod workers;
 
 use std::net::SocketAddr;

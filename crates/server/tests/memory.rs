@@ -87,6 +87,26 @@ fn large_bodies_cost_little_memory() {
         ),
         (
             "/v1/chat/completions",
+            "a tree in json_schema",
+            body(
+                "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"json_schema\": {\"a\": [",
+                "{},",
+                "]}}",
+                size,
+            ),
+        ),
+        (
+            "/v1/chat/completions",
+            "a tree of tool calls",
+            body(
+                "{\"messages\": [{\"role\": \"assistant\", \"content\": \"hi\", \"tool_calls\": [",
+                "[1],",
+                "]}]}",
+                size,
+            ),
+        ),
+        (
+            "/v1/chat/completions",
             "a tree of logit_bias",
             body(
                 "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"logit_bias\": {\"a\": [",
