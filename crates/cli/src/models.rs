@@ -5,16 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Result, bail};
 use lamina_model::{Load, LoadOptions};
 
-/// The directory holding model files: `$LAMINA_MODELS` when set and not
-/// empty, else `~/.cache/lamina/models` (where `cargo xtask models` puts them).
-pub fn models_dir() -> PathBuf {
-    match std::env::var_os("LAMINA_MODELS") {
-        Some(dir) if !dir.is_empty() => dir.into(),
-        _ => {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/lamina/models")
-        }
-    }
-}
+use lamina_model::load::models_dir;
 
 /// Resolves a model argument: an existing path, or a file name (with or
 /// without `.gguf`) inside the models directory.
@@ -23,12 +14,10 @@ pub fn resolve(model: &str) -> Result<PathBuf> {
     if direct.exists() {
         return Ok(direct.to_path_buf());
     }
-    let dir = models_dir();
-    for candidate in [dir.join(model), dir.join(format!("{model}.gguf"))] {
-        if candidate.is_file() {
-            return Ok(candidate);
-        }
+    if let Some(found) = lamina_model::load::find_model(model) {
+        return Ok(found);
     }
+    let dir = models_dir();
     bail!(
         "model {model:?} not found: it is neither a file nor a name in {} \
          (run `cargo xtask models` to fetch the project's models)",

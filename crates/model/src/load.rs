@@ -12,7 +12,7 @@
 //! # Ok::<(), lamina_model::ModelError>(())
 //! ```
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use lamina_gguf::Gguf;
 
@@ -86,4 +86,24 @@ impl LoadOptions {
         let panels = self.panels;
         Model::load_with(file, |hp: &HParams| panels.unwrap_or(!hp.is_embedding()))
     }
+}
+
+/// The directory holding model files by name: `$LAMINA_MODELS` when set and
+/// not empty, else `~/.cache/lamina/models` (where `cargo xtask models`
+/// puts them).
+pub fn models_dir() -> PathBuf {
+    match std::env::var_os("LAMINA_MODELS") {
+        Some(dir) if !dir.is_empty() => dir.into(),
+        _ => {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/lamina/models")
+        }
+    }
+}
+
+/// A model named `name` (with or without `.gguf`) in [`models_dir`].
+pub fn find_model(name: &str) -> Option<PathBuf> {
+    let dir = models_dir();
+    [dir.join(name), dir.join(format!("{name}.gguf"))]
+        .into_iter()
+        .find(|p| p.is_file())
 }

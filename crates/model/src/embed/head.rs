@@ -163,10 +163,14 @@ pub(crate) fn dense(
     Ok(())
 }
 
-/// Matryoshka truncation then L2 normalisation, of one row.
-pub(crate) fn finish(v: &[f32], dim: Option<usize>, out: &mut Vec<f32>) {
+/// Matryoshka truncation then L2 normalisation (when `normalize`), of one row.
+pub(crate) fn finish(v: &[f32], dim: Option<usize>, normalize: bool, out: &mut Vec<f32>) {
     let v = &v[..dim.unwrap_or(v.len()).min(v.len())];
     let norm = v.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
-    let s = if norm > 0.0 { (1.0 / norm) as f32 } else { 1.0 };
+    let s = if normalize && norm > 0.0 {
+        (1.0 / norm) as f32
+    } else {
+        1.0
+    };
     out.extend(v.iter().map(|&x| x * s));
 }

@@ -55,6 +55,10 @@ pub struct EmbedOptions {
     pub batch_tokens: usize,
     /// Pool this way instead of as the model says (llama.cpp's `--pooling`).
     pub pooling: Option<Pooling>,
+    /// Scale each vector to length 1 (the default, as sentence-transformers'
+    /// Normalize step and llama.cpp do); off gives the pooled vectors as
+    /// they are.
+    pub normalize: bool,
 }
 
 impl Default for EmbedOptions {
@@ -65,6 +69,7 @@ impl Default for EmbedOptions {
             truncate: false,
             batch_tokens: 512,
             pooling: None,
+            normalize: true,
         }
     }
 }
@@ -230,7 +235,7 @@ impl Embedder {
         // Enter the pool once for all the forwards (see `ThreadPool::install`).
         pool.install(&mut || {
             result = self.batches(seqs, &[], opts.batch_tokens, pool, &mut |e, ranges| {
-                e.embed_batch(ranges, pooling, opts.dim, pool, &mut out)
+                e.embed_batch(ranges, pooling, opts, pool, &mut out)
             })
         });
         result.map(|()| out)
@@ -331,17 +336,18 @@ impl Embedder {
         &mut self,
         ranges: &[Range<usize>],
         pooling: Pooling,
-        dim: Option<usize>,
+        opts: &EmbedOptions,
         pool: &dyn ThreadPool,
         out: &mut Vec<Embedding>,
     ) -> Result<(), ModelError> {
+        let (dim, normalize) = (opts.dim, opts.normalize);
         let d = self.model.hp.n_embd;
         let hidden = self.ws.hidden();
         if pooling == Pooling::None {
             for r in ranges {
                 let mut vector = Vec::with_capacity(r.len() * dim.unwrap_or(d));
                 for row in hidden[r.start * d..r.end * d].chunks_exact(d) {
-                    head::finish(row, dim, &mut vector);
+                    head::finish(row, dim, normalize, &mut vector);
                 }
                 out.push(Embedding {
                     n_tokens: r.len(),
@@ -367,7 +373,7 @@ impl Embedder {
         )?;
         for (r, row) in ranges.iter().zip(self.pooled.chunks_exact(d)) {
             let mut vector = Vec::with_capacity(dim.unwrap_or(d));
-            head::finish(row, dim, &mut vector);
+            head::finish(row, dim, normalize, &mut vector);
             out.push(Embedding {
                 n_tokens: r.len(),
                 vector,
