@@ -20,6 +20,8 @@
 //! * `cargo xtask profile WORKLOAD` records a CPU profile (see [`profile`]).
 //! * `cargo xtask synth SHAPE TYPE [OUT]` writes a random-weight GGUF of a
 //!   real model's shape (see [`synth`]).
+//! * `cargo xtask wheel [--test]` builds the Python package's wheel (and
+//!   runs its tests; see [`wheel`]).
 //! * `cargo xtask validate [--live] [--require-models] [--fast | --only CHECKS]` runs the
 //!   fidelity checks against llama.cpp's gold (see [`validate`]).
 
@@ -34,6 +36,7 @@ mod serve_gen;
 mod synth;
 mod tidy;
 mod validate;
+mod wheel;
 
 use std::path::{Path, PathBuf};
 use std::process::Command as Cmd;
@@ -71,6 +74,12 @@ enum Command {
     },
     /// The official `openai` Python client against `lamina serve` (pip-installed into a venv).
     OpenaiClient,
+    /// Build the `lamina` Python package's wheel into target/wheels/ (with maturin).
+    Wheel {
+        /// Also install it into a fresh venv and run its pytest suite.
+        #[arg(long)]
+        test: bool,
+    },
     /// Fetch the default model if missing and run the main job on it.
     Quickstart,
     /// Fetch and build the reference llama.cpp tools (once) and print their folder.
@@ -114,6 +123,7 @@ fn main() -> Result<()> {
                 .env("LAMINA_MODELS", &dir)
                 .env(require_models::REQUIRE_MODELS, "1"))?;
             serve::openai_client_test(true)?;
+            wheel::python_test()?;
             validate::run_cmd(validate::Args::ci())?;
             if !no_isa {
                 run(Cmd::new("bash").arg(root.join(".ci/isa-tests.sh")))?;
@@ -121,6 +131,11 @@ fn main() -> Result<()> {
             Ok(())
         }
         Command::OpenaiClient => serve::openai_client_test(require_models::models_required()),
+        Command::Wheel { test: true } => wheel::python_test(),
+        Command::Wheel { test: false } => {
+            println!("{}", wheel::build()?.display());
+            Ok(())
+        }
         Command::Quickstart => {
             let dir = models::default_dir()?;
             models::fetch_all(&dir)?;

@@ -29,13 +29,14 @@ use std::path::{Path, PathBuf};
 use anyhow::{Result, bail};
 
 /// The library crates in layer order: each may depend only on earlier ones.
-pub(crate) const LAYERS: [&str; 6] = [
+pub(crate) const LAYERS: [&str; 7] = [
     "lamina-gguf",
     "lamina-quant",
     "lamina-kernels",
     "lamina-model",
     "lamina-server",
     "lamina-cli",
+    "lamina-python",
 ];
 
 /// The test and bench support crate: it may depend on no lamina crate, and
