@@ -41,6 +41,7 @@ pub fn run(args: Args) -> Result<()> {
         out_type,
         dense_modules: !args.no_dense_modules,
         bert_pooler: !args.no_bert_pooler,
+        model_id: None,
     };
     let start = Instant::now();
     let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());

@@ -225,6 +225,7 @@ fn checkpoint_files(family: &str, dir: &Path) -> Vec<std::path::PathBuf> {
         out_type: OutType::F32,
         dense_modules: false,
         bert_pooler: false,
+        model_id: None,
     };
     convert(&opts, &mut |_| {}).unwrap();
     let q8 = dir.join(format!("{family}-Q8_0.gguf"));

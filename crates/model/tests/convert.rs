@@ -58,6 +58,7 @@ fn opts(input: &Path, output: &Path, out_type: OutType) -> ConvertOptions {
         out_type,
         dense_modules: true,
         bert_pooler: false,
+        model_id: None,
     }
 }
 

@@ -96,6 +96,7 @@ fn files(name: &str, bert_pooler: bool) -> Files {
         out_type: OutType::F32,
         dense_modules: false,
         bert_pooler,
+        model_id: None,
     };
     let f32 = match convert(&opts, &mut |_| {}) {
         Err(e) => {

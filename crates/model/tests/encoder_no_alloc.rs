@@ -42,6 +42,7 @@ fn encoder_forward_does_not_allocate_once_sized() {
             out_type: OutType::F32,
             dense_modules: false,
             bert_pooler: pooler,
+            model_id: None,
         };
         convert(&opts, &mut |_| {}).unwrap();
         let model = Model::open(&out).unwrap();

@@ -250,6 +250,7 @@ fn check_family(family: &str) {
         out_type: OutType::F32,
         dense_modules: false,
         bert_pooler: false,
+        model_id: None,
     };
     let f32_file = match convert(&opts, &mut |_| {}) {
         Err(e) => {

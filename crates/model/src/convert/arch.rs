@@ -643,6 +643,7 @@ pub(super) fn test_model(config: Value) -> Result<(tempfile::TempDir, Model)> {
         out_type: OutType::F32,
         dense_modules: false,
         bert_pooler: false,
+        model_id: None,
     };
     let model = Model::load(dir.path(), &opts)?;
     Ok((dir, model))

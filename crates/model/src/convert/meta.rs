@@ -436,8 +436,14 @@ fn hf_ref(id: &str, total: u64) -> Vec<(String, String)> {
     m
 }
 
-/// Writes general.* (after general.architecture and general.type).
-pub fn write_general(b: &mut GgufBuilder, dir: &Path, total_params: u64) -> Result<()> {
+/// Writes general.* (after general.architecture and general.type); the
+/// model's id is `model_id`, else `dir`'s name.
+pub fn write_general(
+    b: &mut GgufBuilder,
+    dir: &Path,
+    model_id: Option<&str>,
+    total_params: u64,
+) -> Result<()> {
     let mut g = General::default();
     let card = std::fs::read_to_string(dir.join("README.md"))
         .map(|t| parse_front_matter(&t))
@@ -515,11 +521,12 @@ pub fn write_general(b: &mut GgufBuilder, dir: &Path, total_params: u64) -> Resu
     {
         apply(model_id_components(id, total_params), &mut g);
     }
-    let dir_name = dir
-        .canonicalize()
-        .ok()
-        .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .or_else(|| dir.file_name().map(|n| n.to_string_lossy().into_owned()));
+    let dir_name = model_id.map(str::to_string).or_else(|| {
+        dir.canonicalize()
+            .ok()
+            .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .or_else(|| dir.file_name().map(|n| n.to_string_lossy().into_owned()))
+    });
     if let Some(id) = dir_name {
         apply(model_id_components(&id, total_params), &mut g);
     }

@@ -140,6 +140,11 @@ pub struct ConvertOptions {
     /// so its files score without the pooler (the CLI's `--no-bert-pooler`
     /// turns this off).
     pub bert_pooler: bool,
+    /// The model's Hugging Face id (`ORG/REPO`), which names the model in
+    /// `general.*` when the card does not. `None`: the folder's name, as
+    /// the Python converter uses it; a hub snapshot's folder is named by
+    /// its commit, so conversions of one pass the repo's id here.
+    pub model_id: Option<String>,
 }
 
 /// Progress reports from [`convert`].
@@ -233,7 +238,7 @@ pub fn convert(opts: &ConvertOptions, progress: &mut dyn FnMut(Progress<'_>)) ->
     model.write_early_params(&mut builder)?;
     builder.set("general.type", OwnedValue::string("model"))?;
     let total_params: u64 = jobs.iter().map(|j| j.shape.iter().product::<u64>()).sum();
-    meta::write_general(&mut builder, dir, total_params)?;
+    meta::write_general(&mut builder, dir, opts.model_id.as_deref(), total_params)?;
     model.write_params(&mut builder, opts.out_type.file_type())?;
     builder.set("general.quantization_version", OwnedValue::U32(2))?;
     vocab.write(&mut builder, &model)?;

@@ -224,6 +224,7 @@ pub fn checkpoint_gguf(name: &str, dir: &std::path::Path) -> PathBuf {
         out_type: OutType::F32,
         dense_modules: false,
         bert_pooler: true,
+        model_id: None,
     };
     convert(&opts, &mut |_| {}).unwrap_or_else(|e| panic!("converting {name}: {e}"));
     output
