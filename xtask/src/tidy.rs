@@ -29,11 +29,12 @@ use std::path::{Path, PathBuf};
 use anyhow::{Result, bail};
 
 /// The library crates in layer order: each may depend only on earlier ones.
-pub(crate) const LAYERS: [&str; 7] = [
+pub(crate) const LAYERS: [&str; 8] = [
     "lamina-gguf",
     "lamina-quant",
     "lamina-kernels",
     "lamina-model",
+    "lamina-hub",
     "lamina-server",
     "lamina-cli",
     "lamina-python",

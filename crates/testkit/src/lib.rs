@@ -20,6 +20,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 pub mod checkpoint;
+pub mod fake_hub;
 pub mod texts;
 
 /// The variable `cargo xtask test` sets.
