@@ -4,8 +4,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use lamina_model::convert::{self, ConvertOptions, OutType, Progress};
+use lamina_hub::progress::ConvertBar;
+use lamina_model::convert::{self, ConvertOptions, OutType};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -44,30 +44,9 @@ pub fn run(args: Args) -> Result<()> {
         model_id: None,
     };
     let start = Instant::now();
-    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {bar:40} {bytes}/{total_bytes} {bytes_per_sec} {msg}",
-        )
-        .expect("valid progress template"),
-    );
-    let summary = convert::convert(&opts, &mut |p| match p {
-        Progress::Start { total_bytes, .. } => bar.set_length(total_bytes),
-        Progress::Tensor { name, .. } => bar.set_message(name.to_string()),
-        Progress::Bytes(n) => bar.inc(n),
-        Progress::Quantize { index, total, name } => {
-            if index == 0 {
-                bar.set_style(
-                    ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} tensors quantized {msg}")
-                        .expect("valid progress template"),
-                );
-                bar.set_length(total as u64);
-            }
-            bar.set_position(index as u64);
-            bar.set_message(name.to_string());
-        }
-    });
-    bar.finish_and_clear();
+    let bar = ConvertBar::new(true);
+    let summary = convert::convert(&opts, &mut |p| bar.report(p));
+    bar.finish();
     let summary = summary.with_context(|| format!("converting {}", args.input.display()))?;
     eprintln!(
         "wrote {} ({}, {} tensors, {} metadata keys, {} parameters) in {:.1} s",

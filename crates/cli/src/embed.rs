@@ -14,7 +14,7 @@ use crate::models;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Model file, or a name in the models directory.
+    /// Model file, a name in the models directory, or hf://ORG/REPO[:QUANT].
     #[arg(short, long)]
     model: String,
     /// Texts to embed (else --file, else one per line from stdin).
@@ -173,7 +173,7 @@ pub fn run(args: Args) -> Result<()> {
 
 #[derive(clap::Args, Debug)]
 pub struct TokenizeArgs {
-    /// Model file, or a name in the models directory.
+    /// Model file, a name in the models directory, or hf://ORG/REPO[:QUANT].
     #[arg(short, long)]
     model: String,
     /// Text to tokenize (else --file, else stdin).

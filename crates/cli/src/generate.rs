@@ -24,7 +24,7 @@ pub const DEFAULT_CTX: usize = 4096;
 /// Model, context and threading flags shared by `generate`, `chat` and `logits`.
 #[derive(clap::Args, Debug)]
 pub struct ModelArgs {
-    /// Model file, or a name in the models directory.
+    /// Model file, a name in the models directory, or hf://ORG/REPO[:QUANT].
     #[arg(short, long)]
     pub model: String,
     /// Context size in tokens (default: the training context, at most 4096).

@@ -14,7 +14,7 @@ const TEXT_PREVIEW_ITEMS: usize = 5;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// GGUF file (a path or a name in the models directory).
+    /// GGUF file (a path, a name in the models directory, or hf://ORG/REPO[:QUANT]).
     file: String,
     /// Also list every tensor.
     #[arg(long)]

@@ -10,6 +10,7 @@ mod generate;
 mod inspect;
 mod logits;
 mod models;
+mod pull;
 mod quantize;
 mod rerank;
 mod serve;
@@ -67,6 +68,8 @@ enum Command {
     Tokenize(embed::TokenizeArgs),
     /// Serve models over an OpenAI-compatible HTTP API.
     Serve(serve::Args),
+    /// Download a model from the Hugging Face Hub (GGUF, or safetensors converted).
+    Pull(pull::Args),
     /// In-process timings (used by `cargo xtask bench`).
     Bench(bench::Args),
 }
@@ -91,6 +94,10 @@ fn main() -> ExitCode {
         Command::Logits(args) => logits::run(args),
         Command::Tokenize(args) => embed::tokenize(args),
         Command::Serve(args) => serve::run(args),
+        Command::Pull(args) => {
+            remove_temporaries_on_ctrl_c();
+            pull::run(args)
+        }
         Command::Bench(args) => bench::run(args),
     };
     match result {

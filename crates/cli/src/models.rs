@@ -1,28 +1,15 @@
-//! Finding model files: a path, or a name in the models directory.
+//! Finding model files: a path, a name in the models directory, or a model
+//! on the Hugging Face Hub (`hf://ORG/REPO[:QUANT]`).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use lamina_model::{Load, LoadOptions};
 
-use lamina_model::load::models_dir;
-
-/// Resolves a model argument: an existing path, or a file name (with or
-/// without `.gguf`) inside the models directory.
+/// Resolves a model argument ([`lamina_hub::resolve`]): `hf://` names are
+/// pulled into the cache on first use.
 pub fn resolve(model: &str) -> Result<PathBuf> {
-    let direct = Path::new(model);
-    if direct.exists() {
-        return Ok(direct.to_path_buf());
-    }
-    if let Some(found) = lamina_model::load::find_model(model) {
-        return Ok(found);
-    }
-    let dir = models_dir();
-    bail!(
-        "model {model:?} not found: it is neither a file nor a name in {} \
-         (run `cargo xtask models` to fetch the project's models)",
-        dir.display()
-    )
+    Ok(lamina_hub::resolve(model)?)
 }
 
 /// Whether `LAMINA_PANELS=0` asks to keep every model's matrices as the

@@ -20,7 +20,8 @@ use crate::models;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Reranker model file (a cross-encoder), or a name in the models directory.
+    /// Reranker model (a cross-encoder): a file, a name in the models
+    /// directory, or hf://ORG/REPO[:QUANT].
     #[arg(short, long)]
     model: String,
     /// The query the documents are scored against.

@@ -12,11 +12,11 @@ use crate::models;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Model file or name in the models directory (repeatable). Embedding
-    /// models serve /v1/embeddings, rerankers (cross-encoders) /v1/rerank,
-    /// the others /v1/completions and /v1/chat/completions; every model
-    /// serves /tokenize and /detokenize. Requests name a model by its file
-    /// name without `.gguf`.
+    /// Model file, name in the models directory, or hf://ORG/REPO[:QUANT]
+    /// (repeatable). Embedding models serve /v1/embeddings, rerankers
+    /// (cross-encoders) /v1/rerank, the others /v1/completions and
+    /// /v1/chat/completions; every model serves /tokenize and /detokenize.
+    /// Requests name a model by its file name without `.gguf`.
     #[arg(short, long = "model", required = true)]
     models: Vec<String>,
     /// Address to listen on.

@@ -8,7 +8,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{err, lamina, model, ok, testdata};
+use common::{err, lamina, model, ok, testdata, vector};
 use serde_json::Value;
 
 const EMBED_MODEL: &str = "embeddinggemma-300m-Q8_0.gguf";
@@ -17,15 +17,6 @@ const GEMMA: &str = "gemma-3-270m-Q4_K_M.gguf";
 fn json_lines(s: &str) -> Vec<Value> {
     s.lines()
         .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn vector(v: &Value) -> Vec<f32> {
-    v["embedding"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap() as f32)
         .collect()
 }
 

@@ -19,7 +19,19 @@ pub fn testdata(dir: &str, file: &str) -> PathBuf {
 
 /// Runs `lamina ARGS` with `stdin` on its standard input.
 pub fn lamina(args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lamina"))
+    lamina_env(args, stdin, &[])
+}
+
+/// [`lamina`] with `env` set (an empty value removes the variable).
+pub fn lamina_env(args: &[&str], stdin: &[u8], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lamina"));
+    for (k, v) in env {
+        match v.is_empty() {
+            true => cmd.env_remove(k),
+            false => cmd.env(k, v),
+        };
+    }
+    let mut child = cmd
         .args(args)
         .env("LAMINA_LOG", "warn")
         .stdin(Stdio::piped())
@@ -49,6 +61,16 @@ pub fn err(out: &Output) -> String {
     assert!(stderr.starts_with("error: "), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
     stderr
+}
+
+/// The `embedding` of one `lamina embed --json` line.
+pub fn vector(v: &serde_json::Value) -> Vec<f32> {
+    v["embedding"]
+        .as_array()
+        .expect("an embedding array")
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
 }
 
 /// The gold of a conformance checkpoint in `testdata/embedders/NAME/`.
