@@ -1,9 +1,12 @@
 """Lamina: embeddings and text generation on GGUF models, on the CPU.
 
-A model is a GGUF path or a file name in the models directory
-($LAMINA_MODELS, else ~/.cache/lamina/models). The GIL is released while the
-engine computes; one object may be shared between threads (its calls take
-turns). Bad input raises ValueError, a missing model FileNotFoundError.
+A model is a GGUF path, a file name in the models directory ($LAMINA_MODELS,
+else ~/.cache/lamina/models), or hf://ORG/REPO[:QUANT] on the Hugging Face
+Hub, pulled into its cache on first use (as `lamina pull` does; HF_TOKEN,
+HF_HOME and HF_HUB_OFFLINE apply). The GIL is released while the engine
+computes; one object may be shared between threads (its calls take turns).
+Bad input raises ValueError, a missing model FileNotFoundError, a gated repo
+without a token PermissionError, an unreachable hub ConnectionError.
 """
 
 from typing import Iterator, Mapping, Optional, Sequence, Union, overload

@@ -32,7 +32,7 @@ impl Embedder {
     #[new]
     #[pyo3(signature = (model, threads = None))]
     fn new(py: Python<'_>, model: &str, threads: Option<usize>) -> PyResult<Embedder> {
-        let path = resolve(model)?;
+        let path = resolve(py, model)?;
         let pool = thread_pool(threads)?;
         let engine = py.detach(|| {
             let model = LoadOptions::new().load(Load::Map).open(&path)?;

@@ -188,7 +188,7 @@ impl Generator {
         threads: Option<usize>,
         ctx: Option<usize>,
     ) -> PyResult<Generator> {
-        let path = resolve(model)?;
+        let path = resolve(py, model)?;
         let pool = thread_pool(threads)?;
         if ctx == Some(0) {
             return Err(PyValueError::new_err("ctx must be at least 1"));

@@ -6,17 +6,22 @@
 //! call at a time behind its own lock, so one object can be shared between
 //! Python threads. Engine errors become Python exceptions with the engine's
 //! message: `ValueError` for bad input, `FileNotFoundError` for a model
-//! that is not there, `RuntimeError` otherwise.
+//! that is not there, `PermissionError` for a gated hub repo without a
+//! token, `ConnectionError` when the hub cannot be reached, `RuntimeError`
+//! otherwise.
 
 #![forbid(unsafe_code)]
 
 mod embedder;
 mod generator;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
+use lamina_hub::HubError;
 use lamina_model::{ModelError, Rayon, SpinPool, ThreadPool};
-use pyo3::exceptions::{PyFileNotFoundError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{
+    PyConnectionError, PyFileNotFoundError, PyPermissionError, PyRuntimeError, PyValueError,
+};
 use pyo3::prelude::*;
 
 /// The compute pool of one object, as the CLI makes it: `threads` workers
@@ -41,20 +46,31 @@ fn thread_pool(threads: Option<usize>) -> PyResult<Box<dyn ThreadPool + Send>> {
     }
 }
 
-/// A model argument: an existing path, or a file name (with or without
-/// `.gguf`) in the models directory ($LAMINA_MODELS, else
-/// ~/.cache/lamina/models), as the CLI resolves it.
-fn resolve(model: &str) -> PyResult<PathBuf> {
-    if Path::new(model).exists() {
-        return Ok(PathBuf::from(model));
+/// A model argument, as the CLI resolves it ([`lamina_hub::resolve`]): a
+/// path, a file name in the models directory ($LAMINA_MODELS, else
+/// ~/.cache/lamina/models), or `hf://ORG/REPO[:QUANT]`, pulled from the
+/// Hugging Face Hub on first use with the GIL released.
+fn resolve(py: Python<'_>, model: &str) -> PyResult<PathBuf> {
+    py.detach(|| lamina_hub::resolve(model)).map_err(hub_error)
+}
+
+/// A hub or lookup error as the Python exception that fits it.
+fn hub_error(e: HubError) -> PyErr {
+    let msg = e.to_string();
+    match e {
+        HubError::NoSuchModel { .. }
+        | HubError::NotFound { .. }
+        | HubError::NotCached { .. }
+        | HubError::NoModelFiles { .. } => PyFileNotFoundError::new_err(msg),
+        HubError::BadSpec { .. }
+        | HubError::NoSuchQuant { .. }
+        | HubError::ChooseQuant { .. }
+        | HubError::SplitGguf { .. }
+        | HubError::BadType { .. } => PyValueError::new_err(msg),
+        HubError::Unauthorized { .. } => PyPermissionError::new_err(msg),
+        HubError::Network { .. } => PyConnectionError::new_err(msg),
+        _ => PyRuntimeError::new_err(msg),
     }
-    let dir = lamina_model::load::models_dir();
-    lamina_model::load::find_model(model).ok_or_else(|| {
-        PyFileNotFoundError::new_err(format!(
-            "model {model:?} not found: it is neither a file nor a name in {}",
-            dir.display()
-        ))
-    })
 }
 
 /// An engine error as the Python exception that fits it.

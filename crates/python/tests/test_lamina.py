@@ -156,3 +156,33 @@ def test_one_object_serves_many_threads(minilm, smol):
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+def test_hub_names_resolve_from_the_hugging_face_cache(tmp_path, monkeypatch):
+    # A cache laid out as huggingface_hub lays it out: refs/main names the
+    # commit, snapshots/<commit>/<file> links to blobs/<sha256>.
+    src = os.path.join(os.environ["LAMINA_MODELS"], MINILM + ".gguf")
+    repo = tmp_path / "hub" / "models--test-org--MiniLM-GGUF"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    snap = repo / "snapshots" / commit
+    snap.mkdir(parents=True)
+    blob = repo / "blobs" / ("a" * 64)
+    os.symlink(src, blob)
+    os.symlink(os.path.relpath(blob, snap), snap / "all-MiniLM-L6-v2-Q8_0.gguf")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+    by_name = lamina.Embedder("hf://test-org/MiniLM-GGUF:Q8_0", threads=2)
+    np.testing.assert_array_equal(by_name.encode(TEXTS), cli_vectors(MINILM, TEXTS))
+    with pytest.raises(FileNotFoundError, match="HF_HUB_OFFLINE"):
+        lamina.Embedder("hf://test-org/MiniLM-GGUF:F16")
+    with pytest.raises(ValueError, match="ORG/REPO"):
+        lamina.Embedder("hf://no-slash")
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    with pytest.raises(ConnectionError, match="could not reach"):
+        lamina.Generator("hf://test-org/absent")
