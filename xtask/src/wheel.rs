@@ -12,6 +12,15 @@ use crate::{lamina_bin, models, run, target_dir, workspace_root};
 /// The maturin that builds the wheel (pinned: the wheel's layout is its).
 const MATURIN: &str = "maturin==1.16.0";
 
+/// Ray Data and what `examples/ray_embed.py` reads and writes with it
+/// (pinned: Ray's API moves between releases).
+const RAY: &[&str] = &[
+    "ray[data]==2.60.0",
+    "pyarrow==26.0.1",
+    "pandas==3.1.1",
+    "pytest",
+];
+
 /// The first Python 3 on PATH.
 fn python() -> Result<&'static str> {
     ["python3", "python"]
@@ -70,7 +79,9 @@ pub(crate) fn build() -> Result<PathBuf> {
 }
 
 /// Builds the wheel, installs it into a fresh venv with pytest, and runs
-/// `crates/python/tests` with the project's models and CLI.
+/// `crates/python/tests` with the project's models and CLI; then runs
+/// `examples/test_ray_embed.py` (the Ray Data example on a local Ray
+/// instance) in a venv with Ray.
 pub(crate) fn python_test() -> Result<()> {
     let wheel = build()?;
     let bin = lamina_bin()?;
@@ -86,5 +97,29 @@ pub(crate) fn python_test() -> Result<()> {
         // Not the source tree: the installed package is what is tested.
         .current_dir(target_dir())
         .env("LAMINA_MODELS", models::default_dir()?)
-        .env("LAMINA_BIN", &bin))
+        .env("LAMINA_BIN", &bin))?;
+    ray_example(&wheel)
+}
+
+/// `examples/test_ray_embed.py` in `<target>/ray-venv`, kept between runs
+/// since Ray is large, with the wheel reinstalled.
+fn ray_example(wheel: &Path) -> Result<()> {
+    let py = venv(&target_dir().join("ray-venv"), RAY)?;
+    run(Command::new(&py)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--force-reinstall",
+            "--no-deps",
+        ])
+        .arg(wheel))?;
+    run(Command::new(&py)
+        // -s: each run prints the example's throughput.
+        .args(["-m", "pytest", "-q", "-s", "-p", "no:cacheprovider"])
+        .arg(workspace_root().join("examples/test_ray_embed.py"))
+        .current_dir(target_dir())
+        .env("LAMINA_MODELS", models::default_dir()?)
+        .env("RAY_USAGE_STATS_ENABLED", "0"))
 }
