@@ -6,18 +6,7 @@
 mod common;
 
 use common::*;
-use lamina_server::ServeConfig;
 use serde_json::{Value, json};
-
-fn server(path: &std::path::Path) -> lamina_server::Running {
-    start(ServeConfig {
-        models: vec![path.to_path_buf()],
-        ctx: Some(1024),
-        parallel: 4,
-        max_n: 4,
-        ..Default::default()
-    })
-}
 
 fn book_format() -> Value {
     json!({
@@ -58,7 +47,7 @@ fn assert_book(text: &str) {
 #[test]
 fn json_schema_replies_validate_for_every_choice() {
     let Some(path) = gen_model() else { return };
-    let server = server(&path);
+    let server = generation_server(&path, 4);
     let body = json!({
         "messages": [{"role": "user", "content": "Recommend a book."}],
         "response_format": book_format(),
@@ -99,7 +88,7 @@ fn json_schema_replies_validate_for_every_choice() {
 #[test]
 fn json_object_and_llama_server_json_schema() {
     let Some(path) = gen_model() else { return };
-    let server = server(&path);
+    let server = generation_server(&path, 4);
     let r = post(
         server.addr,
         "/v1/chat/completions",
@@ -137,7 +126,7 @@ fn json_object_and_llama_server_json_schema() {
 #[test]
 fn refused_grammars_name_their_field() {
     let Some(path) = gen_model() else { return };
-    let server = server(&path);
+    let server = generation_server(&path, 4);
     let msgs = json!([{"role": "user", "content": "hi"}]);
     for (body, field) in [
         (

@@ -12,16 +12,6 @@ use common::*;
 use lamina_server::ServeConfig;
 use serde_json::{Value, json};
 
-fn server(path: &std::path::Path) -> lamina_server::Running {
-    start(ServeConfig {
-        models: vec![path.to_path_buf()],
-        ctx: Some(1024),
-        parallel: 2,
-        max_n: 4,
-        ..Default::default()
-    })
-}
-
 fn weather() -> Value {
     json!({"type": "function", "function": {
         "name": "get_weather",
@@ -109,7 +99,7 @@ fn forced_calls(server: &lamina_server::Running, prompts: &[&str], label: &str) 
 #[test]
 fn forced_and_named_calls_follow_the_schema() {
     let Some(path) = gen_model() else { return };
-    let server = server(&path);
+    let server = generation_server(&path, 2);
     let prompts = [
         "What is the weather in Paris?",
         "I am flying to Tokyo tomorrow.",
@@ -132,7 +122,7 @@ fn forced_and_named_calls_follow_the_schema() {
 #[test]
 fn auto_lets_the_model_choose() {
     let Some(path) = gen_model() else { return };
-    let server = server(&path);
+    let server = generation_server(&path, 2);
     let ask = |content: &str| {
         let body = json!({
             "messages": [{"role": "user", "content": content}],
@@ -159,7 +149,7 @@ fn auto_lets_the_model_choose() {
 #[test]
 fn streamed_calls_reassemble() {
     let Some(path) = gen_model() else { return };
-    let server = server(&path);
+    let server = generation_server(&path, 2);
     let body = json!({
         "messages": [{"role": "user", "content": "What time is it in Tokyo and in Lima?"}],
         "tools": [weather(), time()],
@@ -229,7 +219,7 @@ fn streamed_calls_reassemble() {
 #[test]
 fn a_tool_result_continues_the_conversation() {
     let Some(path) = gen_model() else { return };
-    let server = server(&path);
+    let server = generation_server(&path, 2);
     let body = json!({
         "messages": [
             {"role": "user", "content": "What is the weather in Paris?"},
@@ -258,7 +248,7 @@ fn a_tool_result_continues_the_conversation() {
 #[test]
 fn malformed_tools_name_their_field() {
     let Some(path) = gen_model() else { return };
-    let server = server(&path);
+    let server = generation_server(&path, 2);
     let msgs = json!([{"role": "user", "content": "hi"}]);
     let mut long = weather();
     long["function"]["name"] = json!("x".repeat(65));

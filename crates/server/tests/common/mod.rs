@@ -31,6 +31,18 @@ pub fn start(cfg: ServeConfig) -> Running {
     lamina_server::spawn(cfg, "127.0.0.1:0".parse().unwrap()).expect("the server starts")
 }
 
+/// A server of the generative model at `path`: 1024 positions a slot,
+/// `parallel` slots, at most 4 choices a request.
+pub fn generation_server(path: &std::path::Path, parallel: usize) -> Running {
+    start(ServeConfig {
+        models: vec![path.to_path_buf()],
+        ctx: Some(1024),
+        parallel,
+        max_n: 4,
+        ..Default::default()
+    })
+}
+
 pub struct Resp {
     pub status: u16,
     pub headers: Vec<(String, String)>,
