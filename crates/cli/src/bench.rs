@@ -41,6 +41,8 @@ struct GenerateArgs {
     runs: usize,
     #[arg(short, long)]
     threads: Option<usize>,
+    #[command(flatten)]
+    kv: crate::generate::KvCacheArgs,
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -150,7 +152,7 @@ fn embed(a: EmbedArgs) -> Result<()> {
 }
 
 fn generate(a: GenerateArgs) -> Result<()> {
-    use lamina_model::{KvCache, KvType, Workspace};
+    use lamina_model::{KvCache, Workspace};
     if a.runs == 0 || a.pp == 0 {
         bail!("--runs and --pp must be at least 1");
     }
@@ -161,8 +163,9 @@ fn generate(a: GenerateArgs) -> Result<()> {
         .with_context(|| format!("loading {}", path.display()))?;
     let hp = &model.hp;
     let n_ctx = a.pp.checked_add(a.tg).context("--pp plus --tg overflows")?;
-    lamina_model::mem::check_session(hp, n_ctx, KvType::F16, a.pp)?;
-    let mut cache = KvCache::new(hp, n_ctx, KvType::F16);
+    let kv = a.kv.kv_type()?;
+    lamina_model::mem::check_session(hp, n_ctx, kv, a.pp)?;
+    let mut cache = KvCache::new(hp, n_ctx, kv);
     let mut ws = Workspace::new(hp, a.pp);
     let mut logits = vec![0.0f32; hp.n_vocab];
     // Deterministic pseudo-random prompt ids (as llama-bench uses random tokens).

@@ -33,9 +33,8 @@ pub struct ModelArgs {
     /// Worker threads (default: all cores).
     #[arg(short, long)]
     pub threads: Option<usize>,
-    /// Element type of the KV cache.
-    #[arg(long, value_enum, default_value = "f16")]
-    pub kv_type: KvArg,
+    #[command(flatten)]
+    pub kv: KvCacheArgs,
     /// Prompt tokens per forward pass.
     #[arg(long, default_value_t = DEFAULT_BATCH)]
     pub batch: usize,
@@ -61,10 +60,77 @@ impl LoadArg {
     }
 }
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+/// The KV cache's element types, as llama.cpp's flags name them.
+#[derive(clap::Args, Debug)]
+pub struct KvCacheArgs {
+    /// Element type of the cached keys: f16, f32, or q8_0 (about half f16's
+    /// memory; heads of a multiple of 32 values).
+    #[arg(
+        long = "cache-type-k",
+        alias = "ctk",
+        value_enum,
+        default_value = "f16"
+    )]
+    pub cache_type_k: KvArg,
+    /// Element type of the cached values; one type holds keys and values, so
+    /// it must be the keys'.
+    #[arg(
+        long = "cache-type-v",
+        alias = "ctv",
+        value_enum,
+        default_value = "f16"
+    )]
+    pub cache_type_v: KvArg,
+    /// Keys and values at once.
+    #[arg(long, value_enum, conflicts_with_all = ["cache_type_k", "cache_type_v"])]
+    pub kv_type: Option<KvArg>,
+}
+
+impl KvCacheArgs {
+    /// The cache's type, refused where keys and values differ.
+    pub fn kv_type(&self) -> Result<KvType> {
+        if let Some(both) = self.kv_type {
+            return Ok(both.kv_type());
+        }
+        let (k, v) = (self.cache_type_k, self.cache_type_v);
+        if k != v {
+            bail!(
+                "--cache-type-k {} and --cache-type-v {} differ: lamina's KV cache holds keys \
+                 and values of one type, so give both the same one",
+                k.name(),
+                v.name()
+            );
+        }
+        Ok(k.kv_type())
+    }
+}
+
+/// A KV cache element type.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KvArg {
     F16,
     F32,
+    /// ggml's Q8_0 blocks: about half f16's memory (heads of a multiple of 32 values).
+    #[value(name = "q8_0")]
+    Q8_0,
+}
+
+impl KvArg {
+    fn name(self) -> &'static str {
+        match self {
+            KvArg::F16 => "f16",
+            KvArg::F32 => "f32",
+            KvArg::Q8_0 => "q8_0",
+        }
+    }
+
+    pub fn kv_type(self) -> KvType {
+        match self {
+            KvArg::F16 => KvType::F16,
+            KvArg::F32 => KvType::F32,
+            KvArg::Q8_0 => KvType::Q8_0,
+        }
+    }
 }
 
 /// Sampling flags (llama.cpp's names and defaults).
@@ -177,11 +243,8 @@ impl ModelArgs {
         })
     }
 
-    pub fn kv(&self) -> KvType {
-        match self.kv_type {
-            KvArg::F16 => KvType::F16,
-            KvArg::F32 => KvType::F32,
-        }
+    pub fn kv(&self) -> Result<KvType> {
+        self.kv.kv_type()
     }
 }
 
@@ -191,7 +254,7 @@ impl Loaded {
             &self.model,
             &self.tok,
             self.n_ctx,
-            args.kv(),
+            args.kv()?,
             args.batch.max(1),
         )?)
     }

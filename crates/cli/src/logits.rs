@@ -57,9 +57,10 @@ pub fn run(args: Args) -> Result<()> {
     let k = args.top.clamp(1, n_vocab);
     let chunk = chunk_for(n_vocab, args.model.batch);
     let hp = &loaded.model.hp;
-    lamina_model::mem::check_session(hp, ids.len(), args.model.kv(), chunk)?;
+    let kv = args.model.kv()?;
+    lamina_model::mem::check_session(hp, ids.len(), kv, chunk)?;
     let mut ws = Workspace::new(hp, chunk);
-    let mut cache = KvCache::new(hp, ids.len(), args.model.kv());
+    let mut cache = KvCache::new(hp, ids.len(), kv);
     let mut logits = vec![0f32; chunk * n_vocab];
     let mut top: Vec<Vec<(u32, f32)>> = Vec::with_capacity(ids.len());
     let mut order: Vec<u32> = Vec::with_capacity(n_vocab);

@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use lamina_server::{ServeConfig, Server};
 
 use crate::embed::thread_pool;
-use crate::generate::KvArg;
+use crate::generate::KvCacheArgs;
 use crate::models;
 
 #[derive(clap::Args, Debug)]
@@ -108,9 +108,8 @@ pub struct Args {
     /// example one whose model writes tool calls).
     #[arg(long, value_name = "FILE")]
     chat_template_file: Option<std::path::PathBuf>,
-    /// Element type of the KV cache.
-    #[arg(long, value_enum, default_value = "f16")]
-    kv_type: KvArg,
+    #[command(flatten)]
+    kv: KvCacheArgs,
     #[command(flatten)]
     load: crate::generate::LoadArg,
 }
@@ -150,10 +149,7 @@ pub fn run(args: Args) -> Result<()> {
         max_document_bytes: args.max_document_bytes,
         default_task: args.default_task,
         truncate: args.truncate,
-        kv: match args.kv_type {
-            KvArg::F16 => lamina_model::KvType::F16,
-            KvArg::F32 => lamina_model::KvType::F32,
-        },
+        kv: args.kv.kv_type()?,
         // A served model is loaded once: embedding models too are stored as panels.
         load: models::load_options(args.load.load(), Some(true)),
         header_timeout: secs("--header-timeout", args.header_timeout)?,

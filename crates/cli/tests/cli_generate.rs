@@ -139,3 +139,43 @@ fn bad_prompt_files_are_refused_clearly() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("1 of 2 prompts failed"), "{stderr}");
 }
+
+/// llama.cpp's `--cache-type-k/-v q8_0` generate from a q8_0 cache, as
+/// `--kv-type q8_0` does; keys and values of two types are refused.
+#[test]
+fn a_q8_0_kv_cache_is_chosen_with_llama_cpp_s_flags() {
+    let Some(m) = model(MODEL) else { return };
+    let m = m.to_str().unwrap();
+    let run = |kv: &[&str]| -> Value {
+        let mut args = vec![
+            "generate",
+            "-m",
+            m,
+            "-p",
+            "The capital of France is",
+            "-n",
+            "16",
+            "--temp",
+            "0",
+            "--ignore-eos",
+            "--json",
+            "-t",
+            "2",
+        ];
+        args.extend_from_slice(kv);
+        serde_json::from_str(ok(&lamina(&args, b"")).trim()).unwrap()
+    };
+    let q8 = run(&["--cache-type-k", "q8_0", "--cache-type-v", "q8_0"]);
+    assert_eq!(q8["ids"].as_array().unwrap().len(), 16);
+    assert_eq!(q8["ids"], run(&["--ctk", "q8_0", "--ctv", "q8_0"])["ids"]);
+    assert_eq!(q8["ids"], run(&["--kv-type", "q8_0"])["ids"]);
+    assert_eq!(run(&[])["ids"], run(&["--cache-type-k", "f16"])["ids"]);
+    let e = err(&lamina(
+        &["generate", "-m", m, "-p", "x", "--cache-type-k", "q8_0"],
+        b"",
+    ));
+    assert!(
+        e.contains("--cache-type-k q8_0 and --cache-type-v f16 differ"),
+        "{e}"
+    );
+}

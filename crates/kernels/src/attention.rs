@@ -55,16 +55,28 @@ thread_local! {
 pub enum KvRows<'a> {
     F32(&'a [f32]),
     F16(&'a [f16]),
+    /// ggml's Q8_0 blocks (34 bytes per 32 values), rows of whole blocks.
+    Q8_0(&'a [u8]),
 }
 
 impl KvRows<'_> {
+    /// Values held.
     fn len(&self) -> usize {
         match self {
             KvRows::F32(s) => s.len(),
             KvRows::F16(s) => s.len(),
+            KvRows::Q8_0(b) => b.len() / Q8_0_BYTES * Q8_0_VALUES,
         }
     }
+
+    pub(crate) fn is_q8_0(&self) -> bool {
+        matches!(self, KvRows::Q8_0(_))
+    }
 }
+
+/// Values and bytes of a Q8_0 block.
+pub(crate) const Q8_0_VALUES: usize = 32;
+pub(crate) const Q8_0_BYTES: usize = 34;
 
 /// Head layout and scaling of one attention call.
 #[derive(Clone, Copy, Debug)]
@@ -185,6 +197,23 @@ pub fn attention_on(
     ) {
         return Err(KernelError::MixedKeysValues);
     }
+    // A q8_0 side goes through the portable kernel built from the ISA's Q8_0
+    // kernels; its rows hold each head in whole blocks.
+    let q8_0 = match k.is_q8_0() || v.is_q8_0() {
+        true if !hd.is_multiple_of(Q8_0_VALUES) => {
+            return Err(KernelError::Q8_0HeadDim { head_dim: hd });
+        }
+        true => {
+            // The query is quantized to Q8_0 blocks: the ISA's quantizer where
+            // its Q8_0 weights take Q8_0 activations, else the scalar one.
+            let simd = crate::kernels_for(crate::GgmlType::Q8_0, isa)?;
+            Some(match simd.activation {
+                crate::GgmlType::Q8_0 => simd,
+                _ => crate::kernels_for(crate::GgmlType::Q8_0, Isa::Scalar)?,
+            })
+        }
+        false => None,
+    };
     let q_row = n_head * hd;
     let kv_row = n_head_kv * hd;
     if !q.len().is_multiple_of(q_row) || q.len() != out.len() || k.len() != v.len() {
@@ -211,7 +240,11 @@ pub fn attention_on(
         }
     }
     let group = n_head / n_head_kv;
-    let row = row_kernel(isa, hd);
+    let simd_row = row_kernel(isa, hd);
+    let row = |args: RowArgs<'_>, out: &mut [f32]| match q8_0 {
+        Some(kernels) => crate::attention_q8_0::attend(isa, kernels, args, out),
+        None => simd_row(args, out),
+    };
     // Tasks: (chunk of queries) × head, or × kv head when there are enough
     // queries to balance the threads that way: then the task's query heads
     // go through the row kernel together (each key row read once for all),
@@ -357,20 +390,70 @@ fn attend_one(args: RowArgs<'_>, out: &mut [f32]) {
 
 /// [`attend_one`] for one head.
 fn attend_head(args: RowArgs<'_>, out: &mut [f32]) {
-    let RowArgs {
-        q,
-        head_dim: _,
-        k,
-        v,
-        off,
-        kv_row,
-        keys: range,
-        scale,
-        softcap,
-    } = args;
-    let hd = q.len();
+    let hd = args.q.len();
+    let (mut kw, mut vw) = ([0.0f32; MAX_HEAD_DIM], [0.0f32; MAX_HEAD_DIM]);
+    let mut rows = FloatRows {
+        args: &args,
+        kw: &mut kw[..hd],
+        vw: &mut vw[..hd],
+    };
+    online_softmax(&args, out, &mut rows);
+}
+
+/// One head's f32 or f16 key and value rows, widened as they are read.
+struct FloatRows<'a, 'b> {
+    args: &'a RowArgs<'b>,
+    kw: &'a mut [f32],
+    vw: &'a mut [f32],
+}
+
+impl HeadRows for FloatRows<'_, '_> {
+    fn dot(&mut self, j: usize) -> f32 {
+        let RowArgs {
+            q, k, off, kv_row, ..
+        } = *self.args;
+        let at = j * kv_row + off;
+        let hd = q.len();
+        match k {
+            KvRows::F32(k) => ops::dot(q, &k[at..at + hd]),
+            KvRows::F16(k) => {
+                ops::f16_to_f32(&k[at..at + hd], self.kw);
+                ops::dot(q, self.kw)
+            }
+            KvRows::Q8_0(_) => unreachable!("q8_0 rows take attention_q8_0"),
+        }
+    }
+
+    fn add(&mut self, j: usize, p: f32, out: &mut [f32]) {
+        let RowArgs { v, off, kv_row, .. } = *self.args;
+        let at = j * kv_row + off;
+        let hd = out.len();
+        match v {
+            KvRows::F32(v) => ops::axpy(p, &v[at..at + hd], out),
+            KvRows::F16(v) => {
+                ops::f16_to_f32(&v[at..at + hd], self.vw);
+                ops::axpy(p, self.vw, out);
+            }
+            KvRows::Q8_0(_) => unreachable!("q8_0 rows take attention_q8_0"),
+        }
+    }
+}
+
+/// One head's key and value rows as [`online_softmax`] reads them.
+pub(crate) trait HeadRows {
+    /// The query's raw dot product with key row `j`.
+    fn dot(&mut self, j: usize) -> f32;
+    /// `out += p ·` value row `j`.
+    fn add(&mut self, j: usize, p: f32, out: &mut [f32]);
+}
+
+/// The online softmax of one head over `args.keys` into `out`, the raw
+/// scores scaled and capped here (inlined, so that its callers' loops
+/// compile with their target features).
+#[inline(always)]
+pub(crate) fn online_softmax(args: &RowArgs<'_>, out: &mut [f32], rows: &mut impl HeadRows) {
+    let (range, scale, softcap) = (args.keys.clone(), args.scale, args.softcap);
     out.fill(0.0);
-    let mut widened = [0.0f32; MAX_HEAD_DIM];
     let mut max = f32::NEG_INFINITY;
     let mut sum = 0.0f32;
     let mut scores = [0.0f32; KEY_BLOCK];
@@ -379,15 +462,7 @@ fn attend_head(args: RowArgs<'_>, out: &mut [f32]) {
         let n = (range.end - j0).min(KEY_BLOCK);
         let mut block_max = f32::NEG_INFINITY;
         for (i, s) in scores[..n].iter_mut().enumerate() {
-            let at = (j0 + i) * kv_row + off;
-            let d = match k {
-                KvRows::F32(k) => ops::dot(q, &k[at..at + hd]),
-                KvRows::F16(k) => {
-                    ops::f16_to_f32(&k[at..at + hd], &mut widened[..hd]);
-                    ops::dot(q, &widened[..hd])
-                }
-            };
-            let mut x = d * scale;
+            let mut x = rows.dot(j0 + i) * scale;
             if let Some(c) = softcap {
                 x = c * (x / c).tanh();
             }
@@ -402,17 +477,13 @@ fn attend_head(args: RowArgs<'_>, out: &mut [f32]) {
             sum *= rescale;
             max = block_max;
         }
-        for (i, &s) in scores[..n].iter().enumerate() {
-            let p = ops::exp_fast(s - max);
+        // The weights in a loop of their own, which vectorizes.
+        for s in &mut scores[..n] {
+            *s = ops::exp_fast(*s - max);
+        }
+        for (i, &p) in scores[..n].iter().enumerate() {
             sum += p;
-            let at = (j0 + i) * kv_row + off;
-            match v {
-                KvRows::F32(v) => ops::axpy(p, &v[at..at + hd], out),
-                KvRows::F16(v) => {
-                    ops::f16_to_f32(&v[at..at + hd], &mut widened[..hd]);
-                    ops::axpy(p, &widened[..hd], out);
-                }
-            }
+            rows.add(j0 + i, p, out);
         }
         j0 += n;
     }
@@ -469,6 +540,16 @@ mod tests {
         out
     }
 
+    /// `x` as Q8_0 blocks (ggml's quantizer), and those blocks dequantized.
+    fn q8_0(x: &[f32]) -> (Vec<u8>, Vec<f32>) {
+        use lamina_quant::blocks::BlockQ8_0;
+        let mut blocks = vec![<BlockQ8_0 as bytemuck::Zeroable>::zeroed(); x.len() / Q8_0_VALUES];
+        lamina_quant::quantize::quantize_q8_0(x, &mut blocks);
+        let mut back = vec![0.0; x.len()];
+        lamina_quant::dequant::dequantize_q8_0(&blocks, &mut back);
+        (bytemuck::cast_slice(&blocks).to_vec(), back)
+    }
+
     fn pseudo(n: usize, seed: u32) -> Vec<f32> {
         let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);
         (0..n)
@@ -506,6 +587,12 @@ mod tests {
             let vh: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
             let k16: Vec<f32> = kh.iter().map(|x| x.to_f32()).collect();
             let v16: Vec<f32> = vh.iter().map(|x| x.to_f32()).collect();
+            let whole = |x: &[f32]| x.len() - x.len() % Q8_0_VALUES;
+            let ((k8, k8d), (v8, v8d), (_, q8d)) = (
+                q8_0(&k[..whole(&k)]),
+                q8_0(&v[..whole(&v)]),
+                q8_0(&q[..whole(&q)]),
+            );
             let masks: [&(dyn Fn(usize) -> Range<usize> + Sync); 4] = [
                 &|t| 0..t + 1,
                 &|t| (t + 1).saturating_sub(7)..t + 1,
@@ -514,7 +601,7 @@ mod tests {
             ];
             for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
                 for keys in masks {
-                    let cases = [
+                    let mut cases = vec![
                         (
                             "f32",
                             KvRows::F32(&k),
@@ -528,16 +615,75 @@ mod tests {
                             naive(&shape, &q, &k16, &v16, keys),
                         ),
                     ];
+                    // A q8_0 cache scores against the query quantized as
+                    // llama.cpp quantizes it: the naive definition over the
+                    // dequantized query, keys and values.
+                    if hd.is_multiple_of(Q8_0_VALUES) {
+                        cases.push((
+                            "q8_0",
+                            KvRows::Q8_0(&k8),
+                            KvRows::Q8_0(&v8),
+                            naive(&shape, &q8d, &k8d, &v8d, keys),
+                        ));
+                        cases.push((
+                            "q8_0 keys, f16 values",
+                            KvRows::Q8_0(&k8),
+                            KvRows::F16(&vh),
+                            naive(&shape, &q8d, &k8d, &v16, keys),
+                        ));
+                    }
                     for (ty, kr, vr, want) in cases {
                         for pool in [&Serial as &dyn ThreadPool, &Rayon] {
                             let mut got = vec![f32::NAN; q.len()];
                             attention_on(isa, &shape, &q, kr, vr, keys, &mut got, pool).unwrap();
                             for (a, b) in got.iter().zip(&want) {
-                                assert!((a - b).abs() < 1e-5, "{isa} hd {hd} {ty}: {a} vs {b}");
+                                // The q8_0 scores sum block products in another order.
+                                let tol = if ty.starts_with("q8_0") { 1e-4 } else { 1e-5 };
+                                assert!((a - b).abs() < tol, "{isa} hd {hd} {ty}: {a} vs {b}");
                             }
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// A q8_0 cache gives every ISA the portable kernel's bits: the query
+    /// quantizers agree byte for byte and the block sums run in one order.
+    #[test]
+    fn q8_0_rows_give_every_isa_the_same_bits() {
+        let (nh, nkv, hd, n) = (6usize, 2usize, 64usize, 41usize);
+        let shape = AttnShape {
+            n_head: nh,
+            n_head_kv: nkv,
+            head_dim: hd,
+            scale: 1.0 / (hd as f32).sqrt(),
+            softcap: Some(30.0),
+        };
+        let q = pseudo(3 * nh * hd, 21);
+        let (k8, _) = q8_0(
+            &pseudo(n * nkv * hd, 22)
+                .iter()
+                .map(|x| x * 4.0)
+                .collect::<Vec<_>>(),
+        );
+        let (v8, _) = q8_0(&pseudo(n * nkv * hd, 23));
+        let keys = |t: usize| [0..n, 5..17, 40..41][t].clone();
+        let run = |isa: Isa| {
+            let mut out = vec![f32::NAN; q.len()];
+            let (k, v) = (KvRows::Q8_0(&k8), KvRows::Q8_0(&v8));
+            attention_on(isa, &shape, &q, k, v, &keys, &mut out, &Serial).unwrap();
+            out
+        };
+        let want = run(Isa::Scalar);
+        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+            let got = run(isa);
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(
+                    a.to_bits(),
+                    b.to_bits(),
+                    "{isa} value {i}: {a} vs scalar {b}"
+                );
             }
         }
     }
@@ -645,11 +791,13 @@ mod tests {
             let v = pseudo(n * 64, 6);
             let kh: Vec<f16> = k.iter().map(|&x| f16::from_f32(x)).collect();
             let vh: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
+            let ((k8, _), (v8, _)) = (q8_0(&k), q8_0(&v));
             for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
                 for (k, v) in [
                     (KvRows::F32(&k), KvRows::F32(&v)),
                     // Among 50 queries the f16 rows are widened once per task; alone, per row.
                     (KvRows::F16(&kh), KvRows::F16(&vh)),
+                    (KvRows::Q8_0(&k8), KvRows::Q8_0(&v8)),
                 ] {
                     // Query 37 attends keys 20..45, alone and among 50 queries (where
                     // its heads share kernel calls).
@@ -796,6 +944,20 @@ mod tests {
             )
             .unwrap_err();
             assert!(e.to_string().contains("element types"), "{e}");
+            // A q8_0 cache of heads that are not whole blocks.
+            let blocks = [0u8; 2 * Q8_0_BYTES];
+            let e = attention_on(
+                isa,
+                &shape,
+                &x[..8],
+                KvRows::Q8_0(&blocks),
+                KvRows::Q8_0(&blocks),
+                &|_| 0..1,
+                &mut out[..8],
+                &Serial,
+            )
+            .unwrap_err();
+            assert!(e.to_string().contains("multiple of 32"), "{e}");
         }
     }
 }

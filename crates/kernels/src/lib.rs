@@ -37,6 +37,7 @@ pub(crate) mod act_pack;
 #[cfg(feature = "test-support")]
 pub mod alloc_count;
 pub mod attention;
+mod attention_q8_0;
 pub mod isa;
 pub mod matmul;
 pub mod ops;
@@ -133,6 +134,14 @@ pub enum KernelError {
         n_head: usize,
         /// Key-value heads.
         n_head_kv: usize,
+        /// Values per head.
+        head_dim: usize,
+    },
+    /// A q8_0 cache whose heads are not whole Q8_0 blocks.
+    #[error(
+        "a q8_0 KV cache needs heads of a multiple of 32 values, not {head_dim}; use an f16 cache"
+    )]
+    Q8_0HeadDim {
         /// Values per head.
         head_dim: usize,
     },

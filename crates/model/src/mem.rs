@@ -10,15 +10,10 @@ use crate::transformer::KvType;
 /// a session (`None` only if the count overflows 128 bits, which it cannot).
 pub fn session_bytes(hp: &HParams, n_ctx: usize, kv: KvType, batch: usize) -> Option<u128> {
     let u = |x: usize| x as u128;
-    let elem = match kv {
-        KvType::F16 => 2,
-        KvType::F32 => 4,
-    };
     let kv_cache = u(hp.n_layer)
         .checked_mul(2)?
         .checked_mul(u(n_ctx))?
-        .checked_mul(u(hp.kv_dim()))?
-        .checked_mul(elem)?;
+        .checked_mul(u(kv.row_bytes(hp.kv_dim())))?;
     // Workspace::ensure: x, xn, o, q, att, k, v, gate, up, rope and the
     // quantized-activation scratch, all f32, plus positions and sequences.
     let widest = hp.n_embd.max(hp.n_ff).max(hp.q_dim());
@@ -70,6 +65,7 @@ pub fn check_scheduler(
     kv: KvType,
     budget: usize,
 ) -> Result<(), ModelError> {
+    check_kv_type(hp, kv)?;
     // A saturated product needs more than any machine has: refused below.
     let total = n_ctx.saturating_mul(slots);
     let logits = (slots as u128) * (hp.n_vocab as u128) * 4;
@@ -84,7 +80,20 @@ fn check_against(
     batch: usize,
     limit: Option<u128>,
 ) -> Result<(), ModelError> {
+    check_kv_type(hp, kv)?;
     refuse_over(n_ctx, session_bytes(hp, n_ctx, kv, batch), limit)
+}
+
+/// Refuses a q8_0 cache for heads that are not whole Q8_0 blocks.
+fn check_kv_type(hp: &HParams, kv: KvType) -> Result<(), ModelError> {
+    if kv == KvType::Q8_0 && !hp.head_dim.is_multiple_of(32) {
+        return Err(ModelError::Input(format!(
+            "a q8_0 KV cache needs heads of a multiple of 32 values, and this model's have {}; \
+             use an f16 cache",
+            hp.head_dim
+        )));
+    }
+    Ok(())
 }
 
 /// `ContextTooLarge` when `need` (`None`: past 128 bits) exceeds `limit`

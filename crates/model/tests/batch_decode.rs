@@ -86,6 +86,7 @@ fn requests(n_vocab: usize) -> Vec<Request> {
 fn run(
     model: &Model,
     tok: &Tokenizer,
+    kv: KvType,
     reqs: &[Request],
     admit_at: &[usize],
     budget: usize,
@@ -96,7 +97,7 @@ fn run(
         SchedulerOptions {
             slots: SLOTS,
             n_ctx: N_CTX,
-            kv: KvType::F16,
+            kv,
             budget,
         },
     )
@@ -146,6 +147,11 @@ fn run(
 }
 
 fn check(path: &Path) {
+    check_with(path, KvType::F16);
+}
+
+/// [`check`] over a cache of `kv` elements.
+fn check_with(path: &Path, kv: KvType) {
     let model = Model::open(path).unwrap();
     let tok = Tokenizer::from_gguf(&model.file).unwrap();
     let name = path.file_name().unwrap().to_string_lossy();
@@ -154,7 +160,7 @@ fn check(path: &Path) {
     // Each request alone, its prompt in one pass.
     let alone: Vec<Trace> = reqs
         .iter()
-        .map(|r| run(&model, &tok, std::slice::from_ref(r), &[0], N_CTX).remove(0))
+        .map(|r| run(&model, &tok, kv, std::slice::from_ref(r), &[0], N_CTX).remove(0))
         .collect();
     for (i, t) in alone.iter().enumerate() {
         assert_eq!(
@@ -167,7 +173,7 @@ fn check(path: &Path) {
 
     // The single-sequence path (`Session`) gives the greedy ones the same
     // logits, teacher-forced over the same tokens.
-    let mut session = Session::new(&model, &tok, N_CTX, KvType::F16).unwrap();
+    let mut session = Session::new(&model, &tok, N_CTX, kv).unwrap();
     for (i, (r, t)) in reqs.iter().zip(&alone).enumerate() {
         session.prefill(&r.prompt, &Rayon).unwrap();
         for (k, (id, logits)) in t.steps.iter().enumerate() {
@@ -191,7 +197,7 @@ fn check(path: &Path) {
         ),
         ("together, budget 512", vec![0; SLOTS], 512),
     ] {
-        let got = run(&model, &tok, &reqs, &admit_at, budget);
+        let got = run(&model, &tok, kv, &reqs, &admit_at, budget);
         for (i, (g, a)) in got.iter().zip(&alone).enumerate() {
             assert_eq!(
                 g.done, a.done,
@@ -247,6 +253,15 @@ fn llama3_sequences_match_alone_and_batched() {
     for f in checkpoint_files("llama3", tmp.path()) {
         check(&f);
     }
+}
+
+/// A q8_0 cache keeps the invariant: its rows are quantized alone, and
+/// each query's scores and sums read only its own rows.
+#[test]
+fn q8_0_cache_sequences_match_alone_and_batched() {
+    let tmp = tempfile::tempdir().unwrap();
+    let files = checkpoint_files("llama3", tmp.path());
+    check_with(&files[1], KvType::Q8_0);
 }
 
 #[test]

@@ -93,8 +93,8 @@ fn forward_sequences_does_not_allocate_once_sized() {
     }
 }
 
-/// Decoding: after a prompt (batched, causal, over an f16 cache) each new
-/// token's forward allocates nothing, on one thread or several.
+/// Decoding: after a prompt (batched, causal, over an f16 or a q8_0 cache)
+/// each new token's forward allocates nothing, on one thread or several.
 #[test]
 fn decoding_a_token_does_not_allocate() {
     let _serial = one_at_a_time();
@@ -103,10 +103,14 @@ fn decoding_a_token_does_not_allocate() {
     };
     let model = Model::open(&path).unwrap();
     let prompt: Vec<u32> = (0..40).map(|i| 100 + i * 7).collect();
-    for pool in [&Serial as &dyn ThreadPool, &Rayon] {
+    for (pool, kv) in [
+        (&Serial as &dyn ThreadPool, KvType::F16),
+        (&Rayon, KvType::F16),
+        (&Rayon, KvType::Q8_0),
+    ] {
         pool.install(&mut || {
             let mut ws = Workspace::new(&model.hp, prompt.len());
-            let mut cache = KvCache::new(&model.hp, 128, KvType::F16);
+            let mut cache = KvCache::new(&model.hp, 128, kv);
             let mut logits = vec![0.0; model.hp.n_vocab];
             model
                 .forward_cached(&mut ws, &mut cache, &prompt, false, &mut logits, pool)
@@ -124,7 +128,7 @@ fn decoding_a_token_does_not_allocate() {
                 assert_eq!(
                     after,
                     before,
-                    "decode step {step} on {} threads: {} allocations",
+                    "decode step {step} on {} threads, {kv:?} cache: {} allocations",
                     pool.threads(),
                     after - before
                 );

@@ -188,3 +188,31 @@ fn huge_contexts_are_refused_before_allocating() {
     assert!(need >= 2 * 4096 * 8 * 2, "{need}");
     let _ = Gguf::open(&p).unwrap();
 }
+
+/// A q8_0 cache over heads that are not whole Q8_0 blocks is refused before
+/// anything is allocated, by the single-sequence and the batch paths alike.
+#[test]
+fn a_q8_0_cache_needs_heads_of_whole_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("tiny.gguf");
+    write_model(&p, 6, &VOCAB, 64, "llama");
+    let model = Model::open(&p).unwrap();
+    assert!(!model.hp.head_dim.is_multiple_of(32));
+    let tok = Tokenizer::from_gguf(&model.file).unwrap();
+    let err = Session::new(&model, &tok, 16, KvType::Q8_0).unwrap_err();
+    assert!(
+        matches!(err, ModelError::Input(_)) && err.to_string().contains("multiple of 32"),
+        "{err}"
+    );
+    use lamina_model::scheduler::{Scheduler, SchedulerOptions};
+    let o = SchedulerOptions {
+        slots: 2,
+        n_ctx: 16,
+        kv: KvType::Q8_0,
+        budget: 16,
+    };
+    let err = Scheduler::new(&model, &tok, o).unwrap_err();
+    assert!(err.to_string().contains("use an f16 cache"), "{err}");
+    // The same model runs with an f16 cache.
+    Session::new(&model, &tok, 16, KvType::F16).unwrap();
+}

@@ -1,11 +1,14 @@
 //! What a forward pass writes: activation buffers ([`Workspace`]) and the
 //! keys and values of past positions ([`KvCache`]).
 
+use bytemuck::Zeroable;
 use half::f16;
 use lamina_kernels::attention::KvRows;
 use lamina_kernels::matmul::Scratch;
 use lamina_kernels::ops;
 use lamina_kernels::pool::Span;
+use lamina_quant::blocks::{BlockQ8_0, QK};
+use lamina_quant::quantize::quantize_q8_0;
 
 use crate::hparams::HParams;
 
@@ -110,12 +113,28 @@ pub struct KvCache {
 pub enum KvType {
     F16,
     F32,
+    /// ggml's Q8_0 blocks, as llama.cpp's `--cache-type-k/-v q8_0`: 8.5
+    /// bits a value. Heads must be whole blocks of 32 values
+    /// ([`crate::mem::check_session`] refuses others).
+    Q8_0,
+}
+
+impl KvType {
+    /// Bytes of a cache row of `values` values (whole Q8_0 blocks for Q8_0).
+    pub fn row_bytes(self, values: usize) -> usize {
+        match self {
+            KvType::F16 => 2 * values,
+            KvType::F32 => 4 * values,
+            KvType::Q8_0 => values / QK * std::mem::size_of::<BlockQ8_0>(),
+        }
+    }
 }
 
 #[derive(Debug)]
 enum KvBuf {
     F16(Vec<f16>),
     F32(Vec<f32>),
+    Q8_0(Vec<BlockQ8_0>),
 }
 
 impl KvCache {
@@ -130,6 +149,7 @@ impl KvCache {
         let buf = || match ty {
             KvType::F16 => KvBuf::F16(vec![f16::ZERO; n]),
             KvType::F32 => KvBuf::F32(vec![0.0; n]),
+            KvType::Q8_0 => KvBuf::Q8_0(vec![BlockQ8_0::zeroed(); n / QK]),
         };
         KvCache {
             n_ctx,
@@ -178,6 +198,7 @@ impl KvCache {
                     match b {
                         KvBuf::F16(d) => d.copy_within(src..src + m, dst),
                         KvBuf::F32(d) => d.copy_within(src..src + m, dst),
+                        KvBuf::Q8_0(d) => d.copy_within(src / QK..(src + m) / QK, dst / QK),
                     }
                 }
             }
@@ -203,6 +224,8 @@ impl KvCache {
             match dst {
                 KvBuf::F16(d) => ops::f32_to_f16(src, &mut d[at..at + src.len()]),
                 KvBuf::F32(d) => d[at..at + src.len()].copy_from_slice(src),
+                // Rows are whole blocks (`mem::check_session`): ggml's quantizer.
+                KvBuf::Q8_0(d) => quantize_q8_0(src, &mut d[at / QK..(at + src.len()) / QK]),
             }
         }
     }
@@ -214,6 +237,7 @@ impl KvCache {
         [k, v].map(|b| match b {
             KvBuf::F16(d) => Span::of(&d[m.clone()]),
             KvBuf::F32(d) => Span::of(&d[m.clone()]),
+            KvBuf::Q8_0(d) => Span::of(&d[m.start / QK..m.end / QK]),
         })
     }
 
@@ -223,6 +247,7 @@ impl KvCache {
             match b {
                 KvBuf::F16(d) => KvRows::F16(&d[..m]),
                 KvBuf::F32(d) => KvRows::F32(&d[..m]),
+                KvBuf::Q8_0(d) => KvRows::Q8_0(bytemuck::cast_slice(&d[..m / QK])),
             }
         }
         let m = n * self.kv_dim;

@@ -24,6 +24,7 @@ use half::f16;
 
 mod activation;
 mod attention;
+mod attention_q8_0;
 mod dot;
 mod float;
 mod kquant;
@@ -35,6 +36,7 @@ mod unpack;
 // The kernels the tables hold, and what sibling modules share.
 pub(crate) use activation::*;
 pub(crate) use attention::*;
+pub(crate) use attention_q8_0::*;
 pub(crate) use dot::*;
 pub(crate) use float::*;
 pub(crate) use kquant::*;
