@@ -443,8 +443,23 @@ impl HeadRows for FloatRows<'_, '_> {
 pub(crate) trait HeadRows {
     /// The query's raw dot product with key row `j`.
     fn dot(&mut self, j: usize) -> f32;
+    /// [`dot`](Self::dot) with key rows `j0..j0 + out.len()` into `out`.
+    #[inline(always)]
+    fn dot_block(&mut self, j0: usize, out: &mut [f32]) {
+        for (i, s) in out.iter_mut().enumerate() {
+            *s = self.dot(j0 + i);
+        }
+    }
     /// `out += p ·` value row `j`.
     fn add(&mut self, j: usize, p: f32, out: &mut [f32]);
+    /// [`add`](Self::add) for value rows `j0..` with the weights `ps`, in
+    /// order (an implementation may keep `out` in registers meanwhile).
+    #[inline(always)]
+    fn add_block(&mut self, j0: usize, ps: &[f32], out: &mut [f32]) {
+        for (i, &p) in ps.iter().enumerate() {
+            self.add(j0 + i, p, out);
+        }
+    }
 }
 
 /// The online softmax of one head over `args.keys` into `out`, the raw
@@ -461,8 +476,9 @@ pub(crate) fn online_softmax(args: &RowArgs<'_>, out: &mut [f32], rows: &mut imp
     while j0 < range.end {
         let n = (range.end - j0).min(KEY_BLOCK);
         let mut block_max = f32::NEG_INFINITY;
-        for (i, s) in scores[..n].iter_mut().enumerate() {
-            let mut x = rows.dot(j0 + i) * scale;
+        rows.dot_block(j0, &mut scores[..n]);
+        for s in &mut scores[..n] {
+            let mut x = *s * scale;
             if let Some(c) = softcap {
                 x = c * (x / c).tanh();
             }
@@ -481,10 +497,10 @@ pub(crate) fn online_softmax(args: &RowArgs<'_>, out: &mut [f32], rows: &mut imp
         for s in &mut scores[..n] {
             *s = ops::exp_fast(*s - max);
         }
-        for (i, &p) in scores[..n].iter().enumerate() {
+        for &p in &scores[..n] {
             sum += p;
-            rows.add(j0 + i, p, out);
         }
+        rows.add_block(j0, &scores[..n], out);
         j0 += n;
     }
     if sum > 0.0 {

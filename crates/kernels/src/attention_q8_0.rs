@@ -94,6 +94,29 @@ impl HeadRows for Q8Rows<'_, '_> {
     }
 
     #[inline(always)]
+    fn dot_block(&mut self, j0: usize, out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if let (true, KvRows::Q8_0(k), false) = (self.avx2, self.args.k, out.is_empty()) {
+            let RowArgs { off, kv_row, .. } = *self.args;
+            let first = (j0 * kv_row + off) / Q8_0_VALUES * Q8_0_BYTES;
+            let stride = kv_row / Q8_0_VALUES * Q8_0_BYTES;
+            let len = (out.len() - 1) * stride + self.quantized.len();
+            // SAFETY: `avx2` is set only under AVX2 (`attend`).
+            return unsafe {
+                crate::x86_64::avx2::q8_0_dot_rows(
+                    &k[first..first + len],
+                    stride,
+                    self.quantized,
+                    out,
+                )
+            };
+        }
+        for (i, s) in out.iter_mut().enumerate() {
+            *s = self.dot(j0 + i);
+        }
+    }
+
+    #[inline(always)]
     fn add(&mut self, j: usize, p: f32, out: &mut [f32]) {
         let RowArgs { v, off, kv_row, .. } = *self.args;
         let at = j * kv_row + off;
@@ -108,6 +131,24 @@ impl HeadRows for Q8Rows<'_, '_> {
                 add_scaled(p, v, out)
             }
             _ => ops::axpy(p, widen(v, at, self.vw), out),
+        }
+    }
+
+    #[inline(always)]
+    fn add_block(&mut self, j0: usize, ps: &[f32], out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if let (true, KvRows::Q8_0(v), false) = (self.avx2, self.args.v, ps.is_empty()) {
+            let RowArgs { off, kv_row, .. } = *self.args;
+            let first = (j0 * kv_row + off) / Q8_0_VALUES * Q8_0_BYTES;
+            let stride = kv_row / Q8_0_VALUES * Q8_0_BYTES;
+            let (n, hd) = (ps.len(), out.len());
+            // The rows' head blocks, each `stride` bytes after the last.
+            let rows = &v[first..first + (n - 1) * stride + hd / Q8_0_VALUES * Q8_0_BYTES];
+            // SAFETY: `avx2` is set only under AVX2 (`attend`).
+            return unsafe { crate::x86_64::avx2::q8_0_add_rows(rows, stride, ps, out) };
+        }
+        for (i, &p) in ps.iter().enumerate() {
+            self.add(j0 + i, p, out);
         }
     }
 }
