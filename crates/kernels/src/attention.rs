@@ -412,30 +412,28 @@ impl HeadRows for FloatRows<'_, '_> {
         let RowArgs {
             q, k, off, kv_row, ..
         } = *self.args;
-        let at = j * kv_row + off;
-        let hd = q.len();
-        match k {
-            KvRows::F32(k) => ops::dot(q, &k[at..at + hd]),
-            KvRows::F16(k) => {
-                ops::f16_to_f32(&k[at..at + hd], self.kw);
-                ops::dot(q, self.kw)
-            }
-            KvRows::Q8_0(_) => unreachable!("q8_0 rows take attention_q8_0"),
-        }
+        ops::dot(q, float_row(k, j * kv_row + off, self.kw))
     }
 
     fn add(&mut self, j: usize, p: f32, out: &mut [f32]) {
         let RowArgs { v, off, kv_row, .. } = *self.args;
-        let at = j * kv_row + off;
-        let hd = out.len();
-        match v {
-            KvRows::F32(v) => ops::axpy(p, &v[at..at + hd], out),
-            KvRows::F16(v) => {
-                ops::f16_to_f32(&v[at..at + hd], self.vw);
-                ops::axpy(p, self.vw, out);
-            }
-            KvRows::Q8_0(_) => unreachable!("q8_0 rows take attention_q8_0"),
+        ops::axpy(p, float_row(v, j * kv_row + off, self.vw), out);
+    }
+}
+
+/// Values `at..at + buf.len()` of f32 or f16 rows as f32: the f32 rows
+/// themselves, or `buf` filled. A q8_0 side takes `attention_q8_0`'s own
+/// block loops, never this.
+#[inline(always)]
+pub(crate) fn float_row<'a>(rows: KvRows<'a>, at: usize, buf: &'a mut [f32]) -> &'a [f32] {
+    let n = buf.len();
+    match rows {
+        KvRows::F32(r) => &r[at..at + n],
+        KvRows::F16(r) => {
+            ops::f16_to_f32(&r[at..at + n], buf);
+            buf
         }
+        KvRows::Q8_0(_) => unreachable!("q8_0 rows take attention_q8_0's block loops"),
     }
 }
 

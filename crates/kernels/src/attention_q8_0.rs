@@ -12,7 +12,7 @@ use half::f16;
 
 use crate::Isa;
 use crate::attention::{
-    HeadRows, KvRows, MAX_HEAD_DIM, Q8_0_BYTES, Q8_0_VALUES, RowArgs, online_softmax,
+    HeadRows, KvRows, MAX_HEAD_DIM, Q8_0_BYTES, Q8_0_VALUES, RowArgs, float_row, online_softmax,
 };
 use crate::dispatch::TypeKernels;
 use crate::ops;
@@ -66,6 +66,7 @@ fn head(q8_0: &TypeKernels, args: RowArgs<'_>, out: &mut [f32], avx2: bool) {
 struct Q8Rows<'a, 'b> {
     args: &'a RowArgs<'b>,
     /// The block loops in AVX2 (only ever true where the CPU has it).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     avx2: bool,
     quantized: &'a [u8],
     kw: &'a mut [f32],
@@ -89,7 +90,7 @@ impl HeadRows for Q8Rows<'_, '_> {
                 }
                 dot(k, self.quantized)
             }
-            _ => ops::dot(q, widen(k, at, self.kw)),
+            _ => ops::dot(q, float_row(k, at, self.kw)),
         }
     }
 
@@ -130,7 +131,7 @@ impl HeadRows for Q8Rows<'_, '_> {
                 }
                 add_scaled(p, v, out)
             }
-            _ => ops::axpy(p, widen(v, at, self.vw), out),
+            _ => ops::axpy(p, float_row(v, at, self.vw), out),
         }
     }
 
@@ -206,55 +207,5 @@ fn add_scaled(p: f32, blocks: &[u8], out: &mut [f32]) {
         for i in 0..Q8_0_VALUES {
             out[i] += s * f32::from(q[i] as i8);
         }
-    }
-}
-
-/// Values `at..at + buf.len()` of `rows` as f32: `buf` filled, or the f32
-/// rows themselves.
-fn widen<'a>(rows: KvRows<'a>, at: usize, buf: &'a mut [f32]) -> &'a [f32] {
-    let n = buf.len();
-    match rows {
-        KvRows::F32(r) => &r[at..at + n],
-        KvRows::F16(r) => {
-            ops::f16_to_f32(&r[at..at + n], buf);
-            buf
-        }
-        KvRows::Q8_0(r) => {
-            dequantize(blocks(r, at, n), buf);
-            buf
-        }
-    }
-}
-
-/// ggml's `dequantize_row_q8_0`: each value its block's f16 scale times its
-/// quant, in f32.
-pub(crate) fn dequantize(blocks: &[u8], out: &mut [f32]) {
-    for (b, out) in blocks
-        .chunks_exact(Q8_0_BYTES)
-        .zip(out.chunks_exact_mut(Q8_0_VALUES))
-    {
-        let d = scale_of(b);
-        for (o, &q) in out.iter_mut().zip(&b[2..]) {
-            *o = d * f32::from(q as i8);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use lamina_quant::blocks::BlockQ8_0;
-
-    #[test]
-    fn dequantizes_as_ggml() {
-        let x: Vec<f32> = (0..96)
-            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
-            .collect();
-        let mut blocks = vec![<BlockQ8_0 as bytemuck::Zeroable>::zeroed(); 3];
-        lamina_quant::quantize::quantize_q8_0(&x, &mut blocks);
-        let mut want = vec![0.0; 96];
-        lamina_quant::dequant::dequantize_q8_0(&blocks, &mut want);
-        let mut got = vec![f32::NAN; 96];
-        super::dequantize(bytemuck::cast_slice(&blocks), &mut got);
-        assert_eq!(got, want);
     }
 }
