@@ -18,15 +18,44 @@ pub type VecDotX4Fn = fn(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4];
 /// activation row, the rows side by side in the lanes: the row kernel's
 /// bits for each, with the activation decoded once for all eight (decoding).
 pub type VecDotRows8Fn = fn(n: usize, w: &[u8], a: &[u8]) -> [f32; 8];
-/// A tile of F32 rows: [`F32_TILE_ROWS`] weight rows of `n` values (`w`,
-/// back to back) against [`F32_TILE_TOKENS`] activation rows (`a`, back to
-/// back); `out[t · F32_TILE_ROWS + r]` is row `r` against token `t`, with
-/// [`TypeKernels::vec_dot`]'s bits.
-pub type F32TileFn = fn(n: usize, w: &[u8], a: &[u8]) -> [f32; F32_TILE_ROWS * F32_TILE_TOKENS];
-/// Weight rows of an [`F32TileFn`].
-pub const F32_TILE_ROWS: usize = 4;
-/// Tokens of an [`F32TileFn`].
-pub const F32_TILE_TOKENS: usize = 3;
+/// A tile of F32 rows: [`F32Tile::rows`] weight rows of `n` values (`w`,
+/// back to back) against [`F32Tile::tokens`] activation rows (`a`, back to
+/// back); `out[t · rows + r]` (`out` holds exactly `rows · tokens` values)
+/// is row `r` against token `t`, with [`TypeKernels::vec_dot`]'s bits.
+pub type F32TileFn = fn(n: usize, w: &[u8], a: &[u8], out: &mut [f32]);
+/// Most outputs of an [`F32Tile`]: a caller's buffer for any ISA's tile.
+pub const F32_TILE_MAX: usize = 64;
+
+/// An ISA's F32 tile and its shape, which suits its register file.
+#[derive(Clone, Copy, Debug)]
+pub struct F32Tile {
+    pub tile: F32TileFn,
+    /// Weight rows per call.
+    pub rows: usize,
+    /// Tokens per call.
+    pub tokens: usize,
+}
+
+/// An ISA's F32 tiles, all with [`TypeKernels::vec_dot`]'s bits.
+#[derive(Clone, Copy, Debug)]
+pub struct F32Tiles {
+    /// For batches narrower than `wide`.
+    pub narrow: F32Tile,
+    /// Where the ISA has one, a tile of more tokens, taken from its
+    /// `tokens` on: below that its padding costs more than it saves.
+    pub wide: Option<F32Tile>,
+}
+
+impl F32Tiles {
+    /// The tile a batch of `tokens` takes.
+    pub fn for_tokens(&self, tokens: usize) -> F32Tile {
+        match self.wide {
+            Some(wide) if tokens >= wide.tokens => wide,
+            _ => self.narrow,
+        }
+    }
+}
+
 /// One weight row against eight activation rows in the layout of
 /// the internal `act_pack` module (for batches: prompt processing, embedding).
 pub type Tile8Fn = fn(n: usize, w: &[u8], packed: &[u8]) -> [f32; 8];
@@ -76,8 +105,8 @@ pub struct TypeKernels {
     /// none (always SIMD: the scalar twin is [`TypeKernels::vec_dot`] per column).
     pub tiles: Option<TileFns>,
     /// Float weights: several rows against several tokens in one pass over
-    /// both ([`F32TileFn`]); `None` where the ISA has none.
-    pub f32_tile: Option<F32TileFn>,
+    /// both ([`F32Tiles`]); `None` where the ISA has none.
+    pub f32_tiles: Option<F32Tiles>,
     /// Weight panels for large batches ([`crate::panel`]); `None` where the
     /// ISA has none (the tiles or rows then take every batch).
     pub panel: Option<crate::panel::PanelFns>,
@@ -122,7 +151,7 @@ macro_rules! scalar_entry {
             vec_dot_x4: $x4,
             vec_dot_rows8: None,
             tiles: None,
-            f32_tile: None,
+            f32_tiles: None,
             panel: None,
             stored: None,
         }

@@ -27,7 +27,7 @@ mod avx2 {
 mod avx512_native {
     use super::*;
     crate::isa_proptests!(Isa::Avx512Vnni;
-        q4_0 => Q4_0, q5_0 => Q5_0, q8_0 => Q8_0, q4_k => Q4_K, q6_k => Q6_K,
+        f32 => F32, q4_0 => Q4_0, q5_0 => Q5_0, q8_0 => Q8_0, q4_k => Q4_K, q6_k => Q6_K,
     );
 }
 
@@ -71,6 +71,21 @@ mod miri_avx512 {
         }
     }
 
+    /// The 512-bit F32 tile against AVX2's row kernel, which the table keeps.
+    #[test]
+    fn f32() {
+        if !runs_here(Isa::Avx512Vnni) {
+            return;
+        }
+        let k = entry(Isa::Avx512Vnni, GgmlType::F32);
+        assert!(
+            k.f32_tiles.and_then(|t| t.wide).is_some(),
+            "the 512-bit tile"
+        );
+        for (seed, style) in [(1, 0), (2, 4), (7, 13)] {
+            check_case(k, seed, 3, style);
+        }
+    }
     #[test]
     fn q8_0() {
         run(GgmlType::Q8_0);

@@ -153,8 +153,16 @@ pub fn magnitude(ty: GgmlType, w: &[u8], a: &[u8]) -> f64 {
     fn float(ty: GgmlType, w: &[u8], a: &[u8]) -> f64 {
         let n = w.len() / ty.type_size();
         let (mut x, mut y) = (vec![0f32; n], vec![0f32; n]);
-        scalar::dequantize(ty, w, &mut x);
-        scalar::dequantize(ty, a, &mut y);
+        // The decoder wants aligned floats; test rows are byte vectors,
+        // which Miri places at any address.
+        let decode = |bytes: &[u8], out: &mut [f32]| {
+            let mut words = vec![0u64; bytes.len().div_ceil(8)];
+            let aligned = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()];
+            aligned.copy_from_slice(bytes);
+            scalar::dequantize(ty, aligned, out);
+        };
+        decode(w, &mut x);
+        decode(a, &mut y);
         x.iter()
             .zip(&y)
             .map(|(&p, &q)| (p as f64 * q as f64).abs())
@@ -374,20 +382,21 @@ fn check_tiles(
             v
         })
         .collect();
-    if let Some(tile) = k.f32_tile {
-        // Rows against tokens, each with the row kernel's bits.
-        let (rows, tokens) = (
-            crate::dispatch::F32_TILE_ROWS,
-            crate::dispatch::F32_TILE_TOKENS,
-        );
-        let got = tile(n, &rotated[..rows].concat(), &cols[..tokens].concat());
+    let f32_tiles = k.f32_tiles.iter().flat_map(|t| [Some(t.narrow), t.wide]);
+    for crate::dispatch::F32Tile { tile, rows, tokens } in f32_tiles.flatten() {
+        // Rows against tokens, each with the row kernel's bits; tiles wider
+        // than the eight activation rows take them again.
+        let col = |t: usize| &cols[t % cols.len()];
+        let acts: Vec<u8> = (0..tokens).flat_map(|t| col(t).iter().copied()).collect();
+        let mut got = vec![0.0; rows * tokens];
+        tile(n, &rotated[..rows].concat(), &acts, &mut got);
         for t in 0..tokens {
             for r in 0..rows {
-                let want = (k.vec_dot)(n, &rotated[r], &cols[t]);
+                let want = (k.vec_dot)(n, &rotated[r], col(t));
                 let got = got[t * rows + r];
                 assert!(
                     got.to_bits() == want.to_bits(),
-                    "{} {ty}: f32 tile row {r} token {t} {got} vs row kernel {want} (seed {seed})",
+                    "{} {ty}: f32 tile ({rows} x {tokens}) row {r} token {t} {got} vs row kernel {want} (seed {seed})",
                     k.isa
                 );
             }

@@ -43,7 +43,10 @@ const NEON_F32: TypeKernels = TypeKernels {
     vec_dot: neon::vec_dot_f32,
     vec_dot_x4: None,
     vec_dot_rows8: Some(neon::vec_dot_rows8_f32),
-    f32_tile: Some(neon::f32_tile),
+    f32_tiles: Some(crate::dispatch::F32Tiles {
+        narrow: neon::F32_TILE,
+        wide: None,
+    }),
     ..scalar(T::F32)
 };
 

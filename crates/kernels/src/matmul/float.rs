@@ -1,7 +1,6 @@
 //! The F32 strategy: a batch of float weights through the type's
-//! [`F32TileFn`], which reads each weight vector once for
-//! [`F32_TILE_TOKENS`] tokens and each activation vector once for
-//! [`F32_TILE_ROWS`] rows.
+//! [`F32Tile`], which reads each weight vector once for its `tokens` and
+//! each activation vector once for its `rows`.
 //!
 //! F32 activations need no quantizing: the tiles read the caller's rows,
 //! except a last partial group of tokens, copied with zero rows after it.
@@ -10,7 +9,7 @@
 
 use super::tasks::{RowTasks, chunk_rows};
 use super::{Out, Scratch, Weights};
-use crate::dispatch::{F32_TILE_ROWS, F32_TILE_TOKENS, F32TileFn};
+use crate::dispatch::{F32_TILE_MAX, F32Tile};
 use crate::pool::ThreadPool;
 
 /// Activation bytes a block of tokens spans, at most.
@@ -24,13 +23,10 @@ const PREFETCH_GROUPS: usize = 2;
 /// Bytes per cache line.
 const LINE: usize = 64;
 
-const R: usize = F32_TILE_ROWS;
-const T: usize = F32_TILE_TOKENS;
-
 /// [`super::matmul_many`] for F32 weights in ggml's rows (shapes checked,
 /// one weight type, two tokens or more).
 pub(super) fn f32_tiles<const N: usize>(
-    tile: F32TileFn,
+    tile: F32Tile,
     wms: [&Weights<'_>; N],
     x: &[f32],
     tokens: usize,
@@ -38,14 +34,23 @@ pub(super) fn f32_tiles<const N: usize>(
     scratch: &mut Scratch,
     pool: &dyn ThreadPool,
 ) {
+    let F32Tile {
+        tile,
+        rows: tr,
+        tokens: tt,
+    } = tile;
+    assert!(
+        tr * tt <= F32_TILE_MAX && tr > 0 && tt > 0,
+        "an F32 tile of {tr} x {tt}"
+    );
     let k = wms[0].kernels;
     let cols = wms[0].cols;
     let row_bytes = cols * 4;
     // The tokens past the last whole group, padded with zero rows.
-    let whole = tokens / T * T;
-    let padded = tokens.next_multiple_of(T);
+    let whole = tokens / tt * tt;
+    let padded = tokens.next_multiple_of(tt);
     if whole < tokens {
-        let need = T * row_bytes;
+        let need = tt * row_bytes;
         if scratch.buf.len() < need {
             scratch.buf.resize(need, 0);
         }
@@ -55,15 +60,15 @@ pub(super) fn f32_tiles<const N: usize>(
     }
     let xb: &[u8] = bytemuck::cast_slice(x);
     let last = &scratch.buf[..(padded - whole) * row_bytes];
-    // The `T` activation rows starting at token `t` (a multiple of `T`).
+    // The `tt` activation rows starting at token `t` (a multiple of `tt`).
     let group = |t: usize| -> &[u8] {
         if t < whole {
-            &xb[t * row_bytes..(t + T) * row_bytes]
+            &xb[t * row_bytes..(t + tt) * row_bytes]
         } else {
             last
         }
     };
-    let block = (TOKEN_BLOCK_BYTES / row_bytes / T * T).max(T);
+    let block = (TOKEN_BLOCK_BYTES / row_bytes / tt * tt).max(tt);
     let total_rows: usize = wms.iter().map(|w| w.rows).sum();
     let cache_rows = (TASK_BYTES / row_bytes / 8 * 8).max(8);
     let tasks = RowTasks::new(&wms, chunk_rows(total_rows, pool.threads()).min(cache_rows));
@@ -81,33 +86,34 @@ pub(super) fn f32_tiles<const N: usize>(
             // the same element, and `ys` were distinct `&mut` slices.
             unsafe { *outs[m].0.add(t * rows + r) = v }
         };
-        let tiled = r0 + (r1 - r0) / R * R;
+        let tiled = r0 + (r1 - r0) / tr * tr;
+        let mut v = [0.0f32; F32_TILE_MAX];
         for b0 in (0..padded).step_by(block) {
             let b1 = (b0 + block).min(padded);
-            for r in (r0..tiled).step_by(R) {
-                let wr = &w[r * row_bytes..(r + R) * row_bytes];
+            for r in (r0..tiled).step_by(tr) {
+                let wr = &w[r * row_bytes..(r + tr) * row_bytes];
                 // The first block brings the rows in from memory: fetching the
                 // group `PREFETCH_GROUPS` ahead while this one computes overlaps
-                // the two, which the hardware prefetchers, seeing `R` short
+                // the two, which the hardware prefetchers, seeing `tr` short
                 // streams at once, do not.
-                let ahead = match r + (PREFETCH_GROUPS + 1) * R {
-                    end if b0 == 0 && end <= tiled => &w[(end - R) * row_bytes..end * row_bytes],
+                let ahead = match r + (PREFETCH_GROUPS + 1) * tr {
+                    end if b0 == 0 && end <= tiled => &w[(end - tr) * row_bytes..end * row_bytes],
                     _ => &[],
                 };
                 let mut lines = ahead.chunks(LINE);
-                let per_tile = ahead.len().div_ceil(LINE).div_ceil((b1 - b0) / T);
-                for t in (b0..b1).step_by(T) {
+                let per_tile = ahead.len().div_ceil(LINE).div_ceil((b1 - b0) / tt);
+                for t in (b0..b1).step_by(tt) {
                     for line in lines.by_ref().take(per_tile) {
                         super::prefetch_line(line.as_ptr());
                     }
-                    let v = tile(cols, wr, group(t));
-                    for c in 0..T.min(tokens - t) {
-                        let v: &[f32; R] = v[c * R..(c + 1) * R].try_into().unwrap();
-                        // SAFETY: as in `store`, for rows `r..r + R` (inside `r0..r1`)
-                        // of token `t + c < tokens`, which lie side by side.
+                    tile(cols, wr, group(t), &mut v[..tr * tt]);
+                    for c in 0..tt.min(tokens - t) {
+                        // SAFETY: as in `store`, for rows `r..r + tr` (inside `r0..r1`)
+                        // of token `t + c < tokens`, which lie side by side; `v` is a
+                        // local buffer.
                         unsafe {
                             let dst = outs[m].0.add((t + c) * rows + r);
-                            dst.cast::<[f32; R]>().write_unaligned(*v)
+                            std::ptr::copy_nonoverlapping(v.as_ptr().add(c * tr), dst, tr)
                         }
                     }
                 }

@@ -15,8 +15,9 @@
 //! * A small batch goes through the tiles ([`TypeKernels::tiles`]) where the
 //!   ISA has them, else through [`TypeKernels::vec_dot_x4`] in groups of four
 //!   tokens; the tokens left over take the row kernels.
-//! * Float weights with [`TypeKernels::f32_tile`] take it for every batch:
-//!   a few rows against a few tokens, each output with the row kernel's bits.
+//! * Float weights with [`TypeKernels::f32_tiles`] take them for every
+//!   batch: a few rows against a few tokens, each output with the row
+//!   kernel's bits; wide batches take the wide tile where the ISA has one.
 //! * A batch of [`PanelFns::min_tokens`](crate::panel::PanelFns::min_tokens) or more takes the weight panels
 //!   ([`TypeKernels::panel`]) where the ISA has them.
 //! * Matrices stored as panels are multiplied where they lie, or unpacked

@@ -4,7 +4,9 @@
 
 use super::{Layout, Weights};
 use crate::act_pack;
-use crate::dispatch::{F32TileFn, TileFns};
+#[cfg(test)]
+use crate::dispatch::F32Tiles;
+use crate::dispatch::{F32Tile, TileFns};
 use crate::panel::{PanelFns, STORED_UNPACK_TOKENS};
 
 /// How [`super::matmul_many`] runs a call whose shapes are checked.
@@ -25,7 +27,7 @@ pub(crate) enum Strategy {
     Tiles(TileFns),
     /// Two tokens or more of float weights through the type's row × token
     /// tiles.
-    F32Tiles(F32TileFn),
+    F32Tiles(F32Tile),
     /// A large batch: ggml's rows unpacked into panels once per call.
     Panels(PanelFns),
     /// A large batch over stored panels that unpack to the type's panels.
@@ -71,8 +73,8 @@ pub(crate) fn plan(wms: &[&Weights<'_>], tokens: usize) -> Strategy {
             None => Strategy::StoredPanels(stored.panel_fns(panel)),
         };
     }
-    if let Some(tile) = k.f32_tile.filter(|_| tokens >= 2) {
-        return Strategy::F32Tiles(tile);
+    if let Some(tiles) = k.f32_tiles.filter(|_| tokens >= 2) {
+        return Strategy::F32Tiles(tiles.for_tokens(tokens));
     }
     if let Some(panel) = k.panel.filter(|p| tokens >= p.min_tokens) {
         return Strategy::Panels(panel);
@@ -214,11 +216,18 @@ mod tests {
     /// every batch; one token streams rows.
     #[test]
     fn f32_rows_cross_to_f32_tiles_at_two() {
-        fn no_f32_tile(_: usize, _: &[u8], _: &[u8]) -> [f32; 12] {
+        fn no_f32_tile(_: usize, _: &[u8], _: &[u8], _: &mut [f32]) {
             unreachable!("plan calls no kernel")
         }
         let k = TypeKernels {
-            f32_tile: Some(no_f32_tile),
+            f32_tiles: Some(F32Tiles {
+                narrow: F32Tile {
+                    tile: no_f32_tile,
+                    rows: 4,
+                    tokens: 3,
+                },
+                wide: None,
+            }),
             ..scalar(GgmlType::F32)
         };
         let at = |t| plan_one(&k, Layout::Rows, t);
@@ -229,6 +238,31 @@ mod tests {
         }
         // Without the tile: rows for every batch.
         assert_eq!(plan_one(&scalar(GgmlType::F32), Layout::Rows, 512), "rows");
+    }
+
+    /// A wide F32 tile takes batches of its width and more; narrower ones
+    /// keep the narrow tile rather than pad the wide one.
+    #[test]
+    fn f32_batches_take_the_wide_tile_from_its_width() {
+        fn no_f32_tile(_: usize, _: &[u8], _: &[u8], _: &mut [f32]) {
+            unreachable!("plan calls no kernel")
+        }
+        let tile = |tokens| F32Tile {
+            tile: no_f32_tile,
+            rows: 4,
+            tokens,
+        };
+        let tiles = F32Tiles {
+            narrow: tile(3),
+            wide: Some(tile(12)),
+        };
+        let width = |t| tiles.for_tokens(t).tokens;
+        assert_eq!([2, 3, 11, 12, 13, 512].map(width), [3, 3, 3, 12, 12, 12]);
+        let narrow = F32Tiles {
+            wide: None,
+            ..tiles
+        };
+        assert_eq!(narrow.for_tokens(512).tokens, 3);
     }
 
     /// ggml's rows with tiles and panels: one token streams rows, then tiles
@@ -363,7 +397,7 @@ mod tests {
                 let at = |t| plan_one(k, Layout::Rows, t);
                 assert_eq!(at(1), "single row", "{isa} {}", k.weight);
                 let packs = k.tiles.is_some() && act_pack::needs_packing(k.activation);
-                let small = match (packs, k.f32_tile) {
+                let small = match (packs, k.f32_tiles) {
                     (_, Some(_)) => "f32 tiles",
                     (true, None) => "tiles",
                     (false, None) => "rows",

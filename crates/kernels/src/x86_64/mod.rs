@@ -4,8 +4,9 @@
 //! [`AVX512`] starts from [`AVX2`], since every AVX-512 VNNI CPU has AVX2.
 //! It takes VNNI row and 1×4 kernels for Q4_K and Q6_K, VNNI tiles for
 //! every tiled type, eight-row kernels for Q8_0, Q4_0, Q5_0 and Q4_K, the
-//! weight panels ([`crate::panel`]) and stored panels. Every VNNI kernel
-//! keeps AVX2's arithmetic, so a token gets the same bits from either table.
+//! weight panels ([`crate::panel`]) and stored panels, and a 512-bit F32
+//! tile. Every AVX-512 kernel keeps AVX2's arithmetic, so a token gets the
+//! same bits from either table.
 //! The legacy row kernels stay AVX2's: a VNNI version is no faster there.
 //!
 //! Each entry is a named constant built with struct-update syntax from the
@@ -17,7 +18,7 @@ pub(crate) mod avx512;
 mod common;
 
 use crate::GgmlType as T;
-use crate::dispatch::{Simd, TileFns, TypeKernels, scalar};
+use crate::dispatch::{F32Tiles, Simd, TileFns, TypeKernels, scalar};
 use crate::isa::Isa;
 use crate::panel::{self, PanelFns, StoredPanelFns};
 
@@ -46,7 +47,10 @@ const AVX2_F32: TypeKernels = TypeKernels {
     vec_dot: avx2::vec_dot_f32,
     vec_dot_x4: None,
     vec_dot_rows8: Some(avx2::vec_dot_rows8_f32),
-    f32_tile: Some(avx2::f32_tile),
+    f32_tiles: Some(F32Tiles {
+        narrow: avx2::F32_TILE,
+        wide: None,
+    }),
     ..scalar(T::F32)
 };
 
@@ -442,8 +446,18 @@ const fn on_avx512(k: TypeKernels) -> TypeKernels {
     }
 }
 
+/// F32 keeps AVX2's kernels and adds the 512-bit tile, with their bits.
+const AVX512_F32: TypeKernels = TypeKernels {
+    isa: Isa::Avx512Vnni,
+    f32_tiles: Some(F32Tiles {
+        narrow: avx2::F32_TILE,
+        wide: Some(avx512::F32_TILE),
+    }),
+    ..AVX2_F32
+};
+
 pub(crate) static AVX512: [TypeKernels; 13] = [
-    on_avx512(AVX2_F32),
+    AVX512_F32,
     on_avx512(AVX2_F16),
     on_avx512(AVX2_BF16),
     AVX512_Q4_0,

@@ -59,8 +59,18 @@ target_fns! { neon:
     }
 }
 
-const R: usize = crate::dispatch::F32_TILE_ROWS;
-const T: usize = crate::dispatch::F32_TILE_TOKENS;
+/// Weight rows of the tile.
+const R: usize = 4;
+/// Tokens of the tile: its twelve sums and the vectors feeding them leave
+/// registers to spare.
+const T: usize = 3;
+
+/// The tile, as the table holds it.
+pub(crate) const F32_TILE: crate::dispatch::F32Tile = crate::dispatch::F32Tile {
+    tile: f32_tile,
+    rows: R,
+    tokens: T,
+};
 
 /// The products past the last whole four, added one by one to `sum`.
 #[inline(always)]
@@ -163,12 +173,12 @@ pub(crate) fn vec_dot_rows8_f32(n: usize, w: &[u8], a: &[u8]) -> [f32; 8] {
 }
 
 /// `out[t · R + r]` is weight row `r`'s dot product with token `t`.
-pub(crate) fn f32_tile(n: usize, w: &[u8], a: &[u8]) -> [f32; R * T] {
+fn f32_tile(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
     f32_rows(n, R, w, "weights");
     f32_rows(n, T, a, "activations");
     // SAFETY: `R` weight rows and `T` activation rows of `n` values (checked above);
     // reachable only after NEON detection.
-    unsafe { k_f32_tile(n, w.as_ptr(), a.as_ptr()) }
+    out.copy_from_slice(&unsafe { k_f32_tile(n, w.as_ptr(), a.as_ptr()) });
 }
 pub(crate) fn vec_dot_f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
     row_blocks(GgmlType::F16, n, w);

@@ -1,6 +1,6 @@
 //! F32 weights against F32 activations: the row kernel, eight rows against
-//! one token, and a tile of [`F32_TILE_ROWS`] rows against
-//! [`F32_TILE_TOKENS`] tokens, all giving each (row, token) the same bits.
+//! one token, and a tile of [`R`] rows against [`T`] tokens, all giving
+//! each (row, token) the same bits.
 //!
 //! Each output is one eight-lane FMA chain (lane `l` adds `w[k]·a[k]` for
 //! `k ≡ l (mod 8)`, in order), reduced with [`hsum_f32`]'s tree, then the
@@ -10,16 +10,25 @@
 //! chain's latency, so the matmul only uses it for rows left over.
 
 use super::*;
-use crate::dispatch::{F32_TILE_ROWS, F32_TILE_TOKENS};
+use crate::dispatch::F32Tile;
 
-const R: usize = F32_TILE_ROWS;
-const T: usize = F32_TILE_TOKENS;
-// The tile reduces its rows four at a time with `hsum4`.
+/// Weight rows of the tile: it reduces them four at a time with [`hsum4`].
+const R: usize = 4;
 const _: () = assert!(R == 4);
+/// Tokens of the tile: its twelve sums, three activation vectors and one
+/// weight vector fill the sixteen registers.
+const T: usize = 3;
+
+/// The tile, as the tables hold it.
+pub(crate) const F32_TILE: F32Tile = F32Tile {
+    tile: f32_tile,
+    rows: R,
+    tokens: T,
+};
 
 /// The products past the last whole eight, added one by one to `sum`.
 #[inline(always)]
-unsafe fn tail(n: usize, w: *const f32, a: *const f32, mut sum: f32) -> f32 {
+pub(in crate::x86_64) unsafe fn tail(n: usize, w: *const f32, a: *const f32, mut sum: f32) -> f32 {
     for i in n / 8 * 8..n {
         // SAFETY: both rows hold `n` values (read unaligned: activations lie in byte
         // buffers).
@@ -120,7 +129,7 @@ target_fns! { avx2:
 /// [`hsum_f32`] of four vectors at once, `[Σa, Σb, Σc, Σd]`, each with its
 /// tree: `(v0+v4 + v2+v6) + (v1+v5 + v3+v7)`.
 #[inline(always)]
-unsafe fn hsum4(a: __m256, b: __m256, c: __m256, d: __m256) -> __m128 {
+pub(in crate::x86_64) unsafe fn hsum4(a: __m256, b: __m256, c: __m256, d: __m256) -> __m128 {
     // SAFETY: AVX is enabled in every kernel calling this.
     unsafe {
         // Halves added: [a.lo + a.hi | b.lo + b.hi] and the same for c, d.
@@ -141,7 +150,7 @@ unsafe fn hsum4(a: __m256, b: __m256, c: __m256, d: __m256) -> __m128 {
 }
 
 /// `rows` rows of `n` f32 in `bytes`, as a pointer.
-fn f32_rows(n: usize, rows: usize, bytes: &[u8], what: &str) -> *const f32 {
+pub(in crate::x86_64) fn f32_rows(n: usize, rows: usize, bytes: &[u8], what: &str) -> *const f32 {
     assert_eq!(bytes.len(), rows * n * 4, "{what}: {rows} rows of {n} f32");
     bytes.as_ptr().cast()
 }
@@ -167,12 +176,12 @@ pub(crate) fn vec_dot_rows8_f32(n: usize, w: &[u8], a: &[u8]) -> [f32; 8] {
 }
 
 /// `out[t · R + r]` is weight row `r`'s dot product with token `t`.
-pub(crate) fn f32_tile(n: usize, w: &[u8], a: &[u8]) -> [f32; R * T] {
+fn f32_tile(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
     let (w, a) = (
         f32_rows(n, R, w, "weights"),
         f32_rows(n, T, a, "activations"),
     );
     // SAFETY: `R` weight rows and `T` activation rows of `n` values (checked above);
     // reachable only after AVX2 detection.
-    unsafe { k_f32_tile(n, w, a) }
+    out.copy_from_slice(&unsafe { k_f32_tile(n, w, a) });
 }

@@ -17,6 +17,7 @@ use core::arch::x86_64::*;
 
 mod activation;
 mod attention;
+mod float;
 mod kquant;
 mod panel;
 mod panel_kquant;
@@ -28,6 +29,7 @@ mod unpack;
 // The kernels the tables hold, and what sibling modules share.
 pub(crate) use activation::*;
 pub(crate) use attention::*;
+pub(crate) use float::*;
 pub(crate) use kquant::*;
 pub(crate) use panel::*;
 use panel_kquant::*;
