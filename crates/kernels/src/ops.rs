@@ -121,23 +121,45 @@ fn layer_norm_stats(x: &[f32], eps: f32) -> (f32, f32) {
 pub fn erf_fast(x: f32) -> f32 {
     let x = x.clamp(-4.0, 4.0);
     let x2 = x * x;
-    let mut p = -2.726_142_3e-10f32;
-    p = p * x2 + 2.770_681_4e-8;
-    p = p * x2 - 2.101_024e-6;
-    p = p * x2 - 5.692_506_4e-5;
-    p = p * x2 - 7.349_906_3e-4;
-    p = p * x2 - 2.954_6e-3;
-    p = p * x2 - 1.609_603_3e-2;
-    let mut q = -1.456_607_2e-5f32;
-    q = q * x2 - 2.133_740_5e-4;
-    q = q * x2 - 1.682_827e-3;
-    q = q * x2 - 7.373_329e-3;
-    q = q * x2 - 1.426_473_9e-2;
+    let mut p = ERF_NUM[0];
+    for c in &ERF_NUM[1..] {
+        p = p * x2 + c;
+    }
+    let mut q = ERF_DEN[0];
+    for c in &ERF_DEN[1..] {
+        q = q * x2 + c;
+    }
     x * p / q
 }
 
+/// [`erf_fast`]'s numerator (times `x`) in `x²`, highest power first; its
+/// SIMD twins read the same table.
+pub(crate) const ERF_NUM: [f32; 7] = [
+    -2.726_142_3e-10,
+    2.770_681_4e-8,
+    -2.101_024e-6,
+    -5.692_506_4e-5,
+    -7.349_906_3e-4,
+    -2.954_6e-3,
+    -1.609_603_3e-2,
+];
+/// [`erf_fast`]'s denominator in `x²`, highest power first.
+pub(crate) const ERF_DEN: [f32; 5] = [
+    -1.456_607_2e-5,
+    -2.133_740_5e-4,
+    -1.682_827e-3,
+    -7.373_329e-3,
+    -1.426_473_9e-2,
+];
+
 /// GELU with the exact erf: `0.5·x·(1 + erf(x/√2))` (BERT; ggml's `GELU_ERF`).
 pub fn gelu_erf(x: &mut [f32]) {
+    let done = simd().map_or(0, |s| (s.gelu_erf)(x));
+    gelu_erf_scalar(&mut x[done..]);
+}
+
+/// [`gelu_erf`] without SIMD: the reference and the tail.
+fn gelu_erf_scalar(x: &mut [f32]) {
     const SQRT_1_2: f32 = std::f32::consts::FRAC_1_SQRT_2;
     for v in x.iter_mut() {
         let u = *v;
@@ -201,7 +223,7 @@ pub fn gelu(x: &mut [f32]) {
 /// SwiGLU's gate: `gate[i] = silu(gate[i]) · up[i]`, `silu(x) = x / (1 + e^-x)`.
 pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len());
-    let done = gated_simd().map_or(0, |(_, silu)| silu(gate, up));
+    let done = simd().map_or(0, |s| (s.silu_mul)(gate, up));
     for (g, &u) in gate[done..].iter_mut().zip(&up[done..]) {
         *g = *g / (1.0 + exp_fast(-*g)) * u;
     }
@@ -210,29 +232,45 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
 /// GELU-gated: `gate[i] = gelu(gate[i]) · up[i]` (Gemma's GeGLU).
 pub fn gelu_mul(gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len());
-    let done = gated_simd().map_or(0, |(gelu_mul, _)| gelu_mul(gate, up));
+    let done = simd().map_or(0, |s| (s.gelu_mul)(gate, up));
     gelu(&mut gate[done..]);
     mul_in_place(&mut gate[done..], &up[done..]);
 }
 
 /// A SIMD gated activation: does a prefix of the slices, returns its length.
 type GatedFn = fn(&mut [f32], &[f32]) -> usize;
+/// A SIMD activation in place: does a prefix of the slice, returns its length.
+type ActFn = fn(&mut [f32]) -> usize;
 
-/// The selected ISA's `(gelu_mul, silu_mul)`, where it has them: the same
-/// operations in the same order as the scalar code, so the same bits.
-fn gated_simd() -> Option<(GatedFn, GatedFn)> {
-    static CHOSEN: std::sync::OnceLock<Option<(GatedFn, GatedFn)>> = std::sync::OnceLock::new();
+/// An ISA's activations: the same operations in the same order as the
+/// scalar code, so the same bits.
+#[derive(Clone, Copy)]
+struct Simd {
+    gelu_mul: GatedFn,
+    silu_mul: GatedFn,
+    gelu_erf: ActFn,
+}
+
+/// The selected ISA's activations, where it has them. AVX-512 takes AVX2's
+/// GELU-erf: Miri, which runs the AVX-512 tests, lacks the 16-lane min/max.
+fn simd() -> Option<Simd> {
+    static CHOSEN: std::sync::OnceLock<Option<Simd>> = std::sync::OnceLock::new();
     *CHOSEN.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         match crate::Isa::selected() {
             Ok(crate::Isa::Avx512Vnni) => {
-                return Some((
-                    crate::x86_64::avx512::gelu_mul,
-                    crate::x86_64::avx512::silu_mul,
-                ));
+                return Some(Simd {
+                    gelu_mul: crate::x86_64::avx512::gelu_mul,
+                    silu_mul: crate::x86_64::avx512::silu_mul,
+                    gelu_erf: crate::x86_64::avx2::gelu_erf,
+                });
             }
             Ok(crate::Isa::Avx2) => {
-                return Some((crate::x86_64::avx2::gelu_mul, crate::x86_64::avx2::silu_mul));
+                return Some(Simd {
+                    gelu_mul: crate::x86_64::avx2::gelu_mul,
+                    silu_mul: crate::x86_64::avx2::silu_mul,
+                    gelu_erf: crate::x86_64::avx2::gelu_erf,
+                });
             }
             _ => {}
         }
@@ -506,6 +544,29 @@ mod tests {
         #[cfg(target_arch = "x86_64")]
         if crate::testutil::runs_here(crate::Isa::Avx512Vnni) {
             check_avx512_nan_like_avx2();
+        }
+    }
+
+    /// GELU-erf, the public function and AVX2's 8 lanes (with the scalar
+    /// tail), against the scalar code bit for bit, NaN and infinities
+    /// included.
+    #[test]
+    fn gelu_erf_matches_the_scalar_code_bit_for_bit() {
+        let (mut x, _) = gated_inputs(1007);
+        x.extend([f32::NAN, -f32::NAN, 3.99, -4.01, 5.7, -5.7, 1e38, -1e38]);
+        let mut want = x.clone();
+        gelu_erf_scalar(&mut want);
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        let mut got = x.clone();
+        gelu_erf(&mut got);
+        assert_eq!(bits(&got), bits(&want));
+        #[cfg(target_arch = "x86_64")]
+        if crate::testutil::runs_here(crate::Isa::Avx2) {
+            let mut got = x.clone();
+            let done = crate::x86_64::avx2::gelu_erf(&mut got);
+            assert_eq!(done, x.len() / 8 * 8);
+            gelu_erf_scalar(&mut got[done..]);
+            assert_eq!(bits(&got), bits(&want));
         }
     }
 

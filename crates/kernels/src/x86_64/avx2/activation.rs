@@ -1,4 +1,5 @@
-//! AVX2 gated activations (GELU, SiLU) with the scalar code's bits.
+//! AVX2 activations (gated GELU and SiLU, BERT's GELU-erf) with the scalar
+//! code's bits.
 
 use super::*;
 
@@ -50,6 +51,61 @@ target_fns! { avx2:
         // SAFETY: forwarded from the caller's contract.
         unsafe { silu_mul_body(n, gate, up) }
     }
+}
+
+/// [`crate::ops::erf_fast`] in 8 lanes: the same operations in the same
+/// order, so the same bits. The clamp's operands are ordered so that a NaN
+/// passes through, as `f32::clamp` lets it.
+#[inline(always)]
+unsafe fn erf_ps(x: __m256) -> __m256 {
+    // SAFETY: AVX is enabled in every kernel calling this.
+    unsafe {
+        let x = _mm256_max_ps(_mm256_set1_ps(-4.0), _mm256_min_ps(_mm256_set1_ps(4.0), x));
+        let x2 = _mm256_mul_ps(x, x);
+        use crate::ops::{ERF_DEN, ERF_NUM};
+        let mut p = _mm256_set1_ps(ERF_NUM[0]);
+        for &c in &ERF_NUM[1..] {
+            p = _mm256_add_ps(_mm256_mul_ps(p, x2), _mm256_set1_ps(c));
+        }
+        let mut q = _mm256_set1_ps(ERF_DEN[0]);
+        for &c in &ERF_DEN[1..] {
+            q = _mm256_add_ps(_mm256_mul_ps(q, x2), _mm256_set1_ps(c));
+        }
+        _mm256_div_ps(_mm256_mul_ps(x, p), q)
+    }
+}
+
+/// [`crate::ops::gelu_erf`] in 8 lanes, the same bits.
+#[inline(always)]
+unsafe fn gelu_erf_body(n: usize, x: *mut f32) {
+    // SAFETY: the wrapper checked `n` values in the slice; AVX2 is enabled.
+    unsafe {
+        let (half, one) = (_mm256_set1_ps(0.5), _mm256_set1_ps(1.0));
+        let s = _mm256_set1_ps(std::f32::consts::FRAC_1_SQRT_2);
+        for i in (0..n / 8).map(|i| 8 * i) {
+            let u = _mm256_loadu_ps(x.add(i));
+            let e = erf_ps(_mm256_mul_ps(u, s));
+            _mm256_storeu_ps(
+                x.add(i),
+                _mm256_mul_ps(_mm256_mul_ps(half, u), _mm256_add_ps(one, e)),
+            );
+        }
+    }
+}
+
+target_fns! { avx2:
+    unsafe fn k_gelu_erf(n: usize, x: *mut f32) {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { gelu_erf_body(n, x) }
+    }
+}
+
+/// The 8-lane part of GELU-erf: the first `len / 8 · 8` values; the caller
+/// finishes the tail with the scalar code. Returns that count.
+pub(crate) fn gelu_erf(x: &mut [f32]) -> usize {
+    // SAFETY: the slice holds `x.len()` values; reachable only after AVX2 detection.
+    unsafe { k_gelu_erf(x.len(), x.as_mut_ptr()) };
+    x.len() / 8 * 8
 }
 
 /// The 8-lane part of a gated activation: the first `len / 8 · 8` values;
