@@ -6,7 +6,10 @@
 //! and a software prefetch only costs there. Intel's do not keep up with
 //! these kernels, whose work between loads hides the stream's pattern. So
 //! Intel CPUs prefetch [`INTEL_AHEAD`] bytes ahead by default and others not
-//! at all. `LAMINA_PREFETCH` (bytes, `0` for none) overrides the choice when
+//! at all. The kernels over stored panels that take a few tokens at once
+//! do several times that work per byte, which hides the stream from AMD's
+//! prefetchers too: they prefetch [`BATCH_AHEAD`] bytes ahead on every CPU.
+//! `LAMINA_PREFETCH` (bytes, `0` for none) overrides both choices when
 //! tuning a new machine. A prefetch never changes a result, only its speed.
 
 use crate::KernelError;
@@ -15,6 +18,10 @@ use std::sync::OnceLock;
 /// The default distance on Intel CPUs: far enough to cover a DRAM miss at
 /// decoding speed, near enough that the lines are still in L2 when read.
 pub const INTEL_AHEAD: usize = 3072;
+
+/// The default distance of the small-batch kernels over stored panels, on
+/// every CPU.
+pub const BATCH_AHEAD: usize = 6144;
 
 /// The largest distance `LAMINA_PREFETCH` takes (1 MiB: far past any use).
 pub const MAX_AHEAD: usize = 1 << 20;
@@ -50,6 +57,27 @@ fn cached() -> &'static Result<usize, KernelError> {
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) fn ahead() -> usize {
     *cached().as_ref().unwrap_or(&0)
+}
+
+/// [`ahead`] for the kernels over stored panels that take two tokens or
+/// more: `LAMINA_PREFETCH` where it is set, else [`BATCH_AHEAD`]; none
+/// where it was refused (every table lookup has reported that already).
+#[inline]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) fn batch_ahead() -> usize {
+    static SELECTED: OnceLock<usize> = OnceLock::new();
+    *SELECTED.get_or_init(|| {
+        resolve_batch(std::env::var("LAMINA_PREFETCH").ok().as_deref()).unwrap_or(0)
+    })
+}
+
+/// The batch kernels' distance a `LAMINA_PREFETCH` value asks for (`None`
+/// or empty: [`BATCH_AHEAD`]).
+fn resolve_batch(value: Option<&str>) -> Result<usize, KernelError> {
+    match value.map(str::trim).filter(|s| !s.is_empty()) {
+        None => Ok(BATCH_AHEAD),
+        Some(v) => resolve(Some(v)),
+    }
 }
 
 /// [`INTEL_AHEAD`] on Intel CPUs, else 0. Under Miri (no `cpuid`) the
@@ -114,6 +142,15 @@ mod tests {
             let e = resolve(Some(bad)).unwrap_err();
             assert!(e.to_string().contains("LAMINA_PREFETCH"), "{e}");
         }
+    }
+
+    #[test]
+    fn batch_kernels_prefetch_by_default_unless_told_otherwise() {
+        assert_eq!(resolve_batch(None), Ok(BATCH_AHEAD));
+        assert_eq!(resolve_batch(Some(" ")), Ok(BATCH_AHEAD));
+        assert_eq!(resolve_batch(Some("0")), Ok(0));
+        assert_eq!(resolve_batch(Some("2048")), Ok(2048));
+        assert!(resolve_batch(Some("4k")).is_err());
     }
 
     #[test]

@@ -101,7 +101,8 @@ pub(super) unsafe fn legacy_panel_step<const T: usize, const FORM: u8>(
 
 /// A legacy panel of `nb` blocks against `T` prepared rows `arow` bytes
 /// apart: even and odd blocks in two chains, added at the end (the row
-/// kernels' order).
+/// kernels' order). Each pair of blocks is prefetched `ahead` bytes
+/// further on ([`crate::prefetch`]; 0: none).
 #[inline(always)]
 unsafe fn legacy_panel<const T: usize, const FORM: u8>(
     nb: usize,
@@ -109,6 +110,7 @@ unsafe fn legacy_panel<const T: usize, const FORM: u8>(
     acts: *const u8,
     arow: usize,
     out: *mut f32,
+    ahead: usize,
 ) {
     // SAFETY: `nb` panel blocks, `T` prepared rows of `nb` blocks and `16·T`
     // floats of output (the wrapper's checks); features enabled in the callers.
@@ -119,6 +121,7 @@ unsafe fn legacy_panel<const T: usize, const FORM: u8>(
         let ys = |i: usize| std::array::from_fn(|t| acts.add(t * arow + i * LEGACY_ACT));
         let mut i = 0;
         while i + 2 <= nb {
+            stream_ahead(panel.add(i * block), ahead, 2 * block);
             legacy_panel_step::<T, FORM>(panel.add(i * block), ys(i), &mut even);
             legacy_panel_step::<T, FORM>(panel.add((i + 1) * block), ys(i + 1), &mut odd);
             i += 2;
@@ -137,23 +140,23 @@ unsafe fn legacy_panel<const T: usize, const FORM: u8>(
 kernel_fns! { panels avx512;
     "legacy", 32, crate::panel::LEGACY_BLOCK, crate::panel::LEGACY_ACT
         => panel8_legacy, panel4_legacy
-        = |nb, panel, acts, arow, out| legacy_panel::<T, UNPACKED>(nb, panel, acts, arow, out);
+        = |nb, panel, acts, arow, out| legacy_panel::<T, UNPACKED>(nb, panel, acts, arow, out, 0);
     "stored Q8_0", 32, crate::panel::STORED_Q8_0_BLOCK, crate::panel::LEGACY_ACT
         => panel8_stored_q8_0, panel4_stored_q8_0
-        = |nb, panel, acts, arow, out| legacy_panel::<T, STORED_Q8_0>(nb, panel, acts, arow, out);
+        = |nb, panel, acts, arow, out| legacy_panel::<T, STORED_Q8_0>(nb, panel, acts, arow, out, crate::prefetch::batch_ahead());
     "stored Q5_0", 32, crate::panel::STORED_Q5_0_BLOCK, crate::panel::LEGACY_ACT
         => panel8_stored_q5_0, panel4_stored_q5_0
-        = |nb, panel, acts, arow, out| legacy_panel::<T, STORED_Q5_0>(nb, panel, acts, arow, out);
+        = |nb, panel, acts, arow, out| legacy_panel::<T, STORED_Q5_0>(nb, panel, acts, arow, out, crate::prefetch::batch_ahead());
     "Q4_K", 256, crate::panel::Q4_K_BLOCK, crate::panel::Q4_K_ACT
         => panel8_q4_k, panel4_q4_k
         = |nb, panel, acts, arow, out| q4_k_panel::<T, false>(nb, panel, acts, arow, out);
     "stored Q4_K", 256, crate::panel::STORED_Q4_K_BLOCK, crate::panel::Q4_K_ACT
         => panel8_stored_q4_k, panel4_stored_q4_k
-        = |nb, panel, acts, arow, out| q4_k_panel::<T, true>(nb, panel, acts, arow, out);
+        = |nb, panel, acts, arow, out| q4_k_panel_ahead::<T, true>(nb, panel, acts, arow, out, crate::prefetch::batch_ahead());
     "Q6_K", 256, crate::panel::Q6_K_BLOCK, crate::panel::Q6_K_ACT
         => panel8_q6_k, panel4_q6_k
-        = |nb, panel, acts, arow, out| q6_k_panel::<T, false>(nb, panel, acts, arow, out);
+        = |nb, panel, acts, arow, out| q6_k_panel::<T, false>(nb, panel, acts, arow, out, 0);
     "stored Q6_K", 256, crate::panel::STORED_Q6_K_BLOCK, crate::panel::Q6_K_ACT
         => panel8_stored_q6_k, panel4_stored_q6_k
-        = |nb, panel, acts, arow, out| q6_k_panel::<T, true>(nb, panel, acts, arow, out);
+        = |nb, panel, acts, arow, out| q6_k_panel::<T, true>(nb, panel, acts, arow, out, crate::prefetch::batch_ahead());
 }

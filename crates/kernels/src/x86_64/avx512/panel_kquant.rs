@@ -216,6 +216,8 @@ pub(super) unsafe fn stored_q4_k_meta(p: *const u8) -> [__m512i; 4] {
 /// activations `a + 128`; per super-block the sum starts from the rows'
 /// `Σ_s scale_s · (−128·Σ(q − 32))`, so it ends as the row kernel's exact
 /// `Σ_s scale_s · Σ (q − 32)·a`; then `acc = fma(d_w·d_a, Σ, acc)`.
+/// Each super-block's bytes are prefetched `ahead` bytes further on
+/// ([`crate::prefetch`]; 0: none).
 #[inline(always)]
 pub(super) unsafe fn q6_k_panel<const T: usize, const STORED: bool>(
     nb: usize,
@@ -223,6 +225,7 @@ pub(super) unsafe fn q6_k_panel<const T: usize, const STORED: bool>(
     acts: *const u8,
     arow: usize,
     out: *mut f32,
+    ahead: usize,
 ) {
     // SAFETY: as for [`legacy_panel`], with Q6_K panel (or stored) and
     // prepared blocks.
@@ -236,6 +239,7 @@ pub(super) unsafe fn q6_k_panel<const T: usize, const STORED: bool>(
         let mut acc = [_mm512_setzero_ps(); T];
         for i in 0..nb {
             let p = panel.add(i * block);
+            stream_ahead(p, ahead, block);
             let ys: [*const u8; T] = std::array::from_fn(|t| acts.add(t * arow + i * Q6_K_ACT));
             let mut w = [[_mm512_setzero_si512(); 4]; 16];
             let mut sc = [_mm512_setzero_si512(); 16];
