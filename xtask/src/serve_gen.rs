@@ -212,7 +212,7 @@ fn health_ok(addr: SocketAddr) -> bool {
     matches!(s.read(&mut buf), Ok(n) if n >= 12 && &buf[9..12] == b"200")
 }
 
-/// `lamina bench generate`'s tg on `model` (128 tokens after a 16-token prompt).
+/// `lamina bench generate`'s tg on `model` (128 tokens, as llama-bench's tg128).
 fn in_process_tg(lamina: &Path, model: &Path, threads: usize) -> Result<f64> {
     let out = Command::new(lamina)
         .args([

@@ -33,9 +33,14 @@ struct GenerateArgs {
     /// Prompt tokens processed as one batch.
     #[arg(long, default_value_t = 512)]
     pp: usize,
-    /// Tokens generated one at a time after the prompt.
+    /// Tokens generated one at a time, from the same position as the prompt
+    /// (as llama-bench's tg test, which has no prompt of its own).
     #[arg(long, default_value_t = 128)]
     tg: usize,
+    /// Tokens already in the cache before each test, as llama-bench's `-d`:
+    /// processed once, untimed, in batches of at least 512.
+    #[arg(long, default_value_t = 0)]
+    depth: usize,
     /// Repetitions of each test.
     #[arg(long, default_value_t = 3)]
     runs: usize,
@@ -151,6 +156,9 @@ fn embed(a: EmbedArgs) -> Result<()> {
     Ok(())
 }
 
+/// llama-bench's default micro-batch, the batch a depth is filled in.
+const DEPTH_BATCH: usize = 512;
+
 fn generate(a: GenerateArgs) -> Result<()> {
     use lamina_model::{KvCache, Workspace};
     if a.runs == 0 || a.pp == 0 {
@@ -162,16 +170,49 @@ fn generate(a: GenerateArgs) -> Result<()> {
         .open(&path)
         .with_context(|| format!("loading {}", path.display()))?;
     let hp = &model.hp;
-    let n_ctx = a.pp.checked_add(a.tg).context("--pp plus --tg overflows")?;
+    let n_ctx =
+        a.pp.max(a.tg)
+            .checked_add(a.depth)
+            .context("--depth plus --pp overflows")?;
+    if n_ctx > hp.n_ctx_train {
+        bail!(
+            "--depth plus --pp or --tg is {n_ctx} positions, past the model's training context of {}",
+            hp.n_ctx_train
+        );
+    }
+    // The depth is filled in batches as large as the prompt, and at least as
+    // large as llama-bench's micro-batch.
+    let batch = a.pp.max(DEPTH_BATCH.min(a.depth));
     let kv = a.kv.kv_type()?;
-    lamina_model::mem::check_session(hp, n_ctx, kv, a.pp)?;
+    lamina_model::mem::check_session(hp, n_ctx, kv, batch)?;
     let mut cache = KvCache::new(hp, n_ctx, kv);
-    let mut ws = Workspace::new(hp, a.pp);
+    let mut ws = Workspace::new(hp, batch);
     let mut logits = vec![0.0f32; hp.n_vocab];
-    // Deterministic pseudo-random prompt ids (as llama-bench uses random tokens).
-    let prompt: Vec<u32> = (0..a.pp as u64)
-        .map(|i| ((i * 2_654_435_761 + 12_345) % hp.n_vocab as u64) as u32)
-        .collect();
+    // Deterministic pseudo-random ids (as llama-bench uses random tokens).
+    let ids = |n: usize, seed: u64| -> Vec<u32> {
+        (0..n as u64)
+            .map(|i| ((i * 2_654_435_761 + seed) % hp.n_vocab as u64) as u32)
+            .collect()
+    };
+    let prompt = ids(a.pp, 12_345);
+    let filled = Instant::now();
+    for chunk in ids(a.depth, 54_321).chunks(batch) {
+        model.forward_cached(
+            &mut ws,
+            &mut cache,
+            chunk,
+            false,
+            &mut logits,
+            pool.as_ref(),
+        )?;
+    }
+    if a.depth > 0 {
+        tracing::info!(
+            "filled {} positions in {:.1} s",
+            a.depth,
+            filled.elapsed().as_secs_f64()
+        );
+    }
     // Token generation is judged against the memory bandwidth measured
     // around each timed run: a shared host's bandwidth (and the threads'
     // round trip) drifts within seconds, so a probe taken once for all runs
@@ -195,7 +236,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
     let (mut bw_s, mut share_s, mut trip_s) = (Vec::new(), Vec::new(), Vec::new());
     let mut bw_before = None;
     for run in 0..=a.runs {
-        cache.truncate(0);
+        cache.truncate(a.depth);
         let t = Instant::now();
         model.forward_cached(
             &mut ws,
@@ -212,6 +253,8 @@ fn generate(a: GenerateArgs) -> Result<()> {
             bw_before = measure();
             bw_s.extend(bw_before);
         }
+        // Generation starts where the prompt did, as llama-bench's tg test.
+        cache.truncate(a.depth);
         let t = Instant::now();
         for _ in 0..a.tg {
             let next = lamina_model::sampling::argmax(&logits) as u32;
@@ -257,7 +300,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
         println!(
             "{}",
             json!({"model": path.display().to_string(), "threads": pool.threads(),
-                   "isa": format!("{:?}", model.isa()), "pp": a.pp, "tg": a.tg,
+                   "isa": format!("{:?}", model.isa()), "pp": a.pp, "tg": a.tg, "depth": a.depth,
                    "pp_tokens_per_s": pp, "tg_tokens_per_s": tg,
                    "pp_samples": pp_s, "tg_samples": tg_s,
                    "weight_bytes_per_token": bytes,
@@ -286,8 +329,13 @@ fn generate(a: GenerateArgs) -> Result<()> {
         if let Some(ns) = round_trip {
             notes += &format!("; core-to-core round trip {ns:.0} ns");
         }
+        let at = if a.depth > 0 {
+            format!(" @ d{}", a.depth)
+        } else {
+            String::new()
+        };
         println!(
-            "{}: pp{} {pp:.1} tokens/s, tg{} {tg:.1} tokens/s ({} threads, {:?}{notes})",
+            "{}: pp{}{at} {pp:.1} tokens/s, tg{}{at} {tg:.1} tokens/s ({} threads, {:?}{notes})",
             path.display(),
             a.pp,
             a.tg,
