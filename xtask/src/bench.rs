@@ -25,7 +25,11 @@
 //!   Both engines run at their defaults (weights mapped from the file) with
 //!   one warm-up run each; llama.cpp also with `OMP_WAIT_POLICY=passive`.
 //!   `--synth SHAPE[,...] [--type q4_k_m]` measures random-weight files of
-//!   real shapes instead (see [`crate::bench_synth`]).
+//!   real shapes instead (see [`crate::bench_synth`]). Each model also gets
+//!   the whole process of a first token after a 16-token prompt and its peak
+//!   RSS (`lamina generate -n 1` against `llama-completion`, see
+//!   [`first_token`]); `--depth N` adds pp512 and tg128 with N tokens in the
+//!   cache (llama-bench's `-d`, see [`depth`]).
 //!
 //! The load average is sampled during the run; on a busy machine (load
 //! beyond the benchmark's own threads over half the cores) no headline table
@@ -49,8 +53,10 @@ use crate::bench_rules::{self as rules, load_average};
 use crate::{cargo, models, run};
 use report::Report;
 
+mod depth;
 pub(crate) mod embed;
 mod engines;
+mod first_token;
 pub(crate) mod generate;
 pub(crate) mod measure;
 mod parse;
@@ -107,6 +113,10 @@ pub(crate) struct Args {
     serve: crate::serve::ServeArgs,
     #[command(flatten)]
     synth: crate::bench_synth::SynthArgs,
+    /// `generate`: also pp512 and tg128 with this many tokens already in the
+    /// cache (llama-bench's `-d`), e.g. 8192.
+    #[arg(long)]
+    depth: Option<usize>,
     /// Print the table even when the machine was busy (labelled so, and the
     /// command still fails): such figures are not for docs/BENCHMARKS.md.
     #[arg(long)]

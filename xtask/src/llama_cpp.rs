@@ -33,6 +33,7 @@ pub(crate) const TARGETS: &[&str] = &[
     "llama-tokenize",
     "llama-simple",
     "llama-cli",
+    "llama-completion",
     "llama-server",
 ];
 const CMAKE_FLAGS: &[&str] = &[

@@ -50,6 +50,13 @@ pub(super) fn generate(args: &Args, threads: usize, report: &mut Report) -> Resu
     ensure!(!files.is_empty(), "no generation model to measure");
     let lamina = lamina_bin()?;
     let lbench = llama_cpp_bin("llama-bench")?;
+    let completion = llama_cpp_bin("llama-completion")?;
+    let engines = Engines {
+        args,
+        lamina: &lamina,
+        lbench: &lbench,
+        threads,
+    };
     let t = threads.to_string();
     let reps = args.reps.to_string();
     for model in files {
@@ -61,7 +68,7 @@ pub(super) fn generate(args: &Args, threads: usize, report: &mut Report) -> Resu
         if is_embedding_model(&model) {
             // An embedding model has no LM head: its prompt processing is
             // one embedding forward over a ~512-token text.
-            embed_pp(args, &lamina, &lbench, &model, &name, threads, report)?;
+            embed_pp(&engines, &model, &name, report)?;
             continue;
         }
         let tg = "128";
@@ -245,8 +252,28 @@ pub(super) fn generate(args: &Args, threads: usize, report: &mut Report) -> Resu
                 "llama_cpp_command": format!("llama-bench -m MODEL -p 512 -n {tg} -t {t} -r {reps} -o json"),
             }),
         );
+        super::first_token::rows(
+            &lamina,
+            &completion,
+            &model,
+            &name,
+            threads,
+            args.reps,
+            report,
+        )?;
+        super::depth::rows(&engines, &model, &name, report)?;
     }
     Ok(())
+}
+
+/// The bench's settings and the two engines' programs, which every figure
+/// of a model runs with.
+#[derive(Clone, Copy)]
+pub(super) struct Engines<'a> {
+    pub args: &'a Args,
+    pub lamina: &'a Path,
+    pub lbench: &'a Path,
+    pub threads: usize,
 }
 
 /// Whether `model` is an embedding model (no LM head), by its file name.
@@ -259,15 +286,9 @@ pub(crate) fn is_embedding_model(model: &Path) -> bool {
 /// Prompt processing of an embedding model: `lamina bench embed` on the long
 /// text repeated 9 times (515 tokens) against `llama-bench --embeddings 1`
 /// on as many tokens.
-fn embed_pp(
-    args: &Args,
-    lamina: &Path,
-    lbench: &Path,
-    model: &Path,
-    name: &str,
-    threads: usize,
-    report: &mut Report,
-) -> Result<()> {
+fn embed_pp(engines: &Engines<'_>, model: &Path, name: &str, report: &mut Report) -> Result<()> {
+    let (lamina, lbench, threads) = (engines.lamina, engines.lbench, engines.threads);
+    let args = engines.args;
     let t = threads.to_string();
     let reps = args.reps.to_string();
     let text = [LONG_TEXT; 9].join(" ");
