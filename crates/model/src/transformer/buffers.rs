@@ -1,7 +1,6 @@
 //! What a forward pass writes: activation buffers ([`Workspace`]) and the
 //! keys and values of past positions ([`KvCache`]).
 
-use bytemuck::Zeroable;
 use half::f16;
 use lamina_kernels::attention::KvRows;
 use lamina_kernels::matmul::Scratch;
@@ -68,7 +67,15 @@ impl Workspace {
         {
             return;
         }
-        let grow = |v: &mut Vec<f32>, n: usize| v.resize(n.max(v.len()), 0.0);
+        // A first allocation comes zeroed from the allocator, so only the
+        // tokens a batch uses become resident (a short prompt's few rows).
+        let grow = |v: &mut Vec<f32>, n: usize| {
+            if v.is_empty() {
+                *v = bytemuck::zeroed_vec(n);
+            } else {
+                v.resize(n.max(v.len()), 0.0);
+            }
+        };
         grow(&mut b.x, tokens * hp.n_embd);
         grow(&mut b.xn, tokens * hp.n_embd);
         grow(&mut b.o, tokens * hp.n_embd);
@@ -146,10 +153,12 @@ impl KvCache {
     /// A cache of `n_seq` sequences of `n_ctx` positions each (all allocated now).
     pub fn with_sequences(hp: &HParams, n_ctx: usize, n_seq: usize, ty: KvType) -> KvCache {
         let n = n_seq * n_ctx * hp.kv_dim();
+        // Zeroed by the allocator: pages the OS maps in only when a position
+        // is first written, so a long context costs memory as it fills.
         let buf = || match ty {
-            KvType::F16 => KvBuf::F16(vec![f16::ZERO; n]),
-            KvType::F32 => KvBuf::F32(vec![0.0; n]),
-            KvType::Q8_0 => KvBuf::Q8_0(vec![BlockQ8_0::zeroed(); n / QK]),
+            KvType::F16 => KvBuf::F16(bytemuck::zeroed_vec(n)),
+            KvType::F32 => KvBuf::F32(bytemuck::zeroed_vec(n)),
+            KvType::Q8_0 => KvBuf::Q8_0(bytemuck::zeroed_vec(n / QK)),
         };
         KvCache {
             n_ctx,
