@@ -230,6 +230,10 @@ fn same_shape(got: &[u64], want: &[u64]) -> bool {
     got[..g] == want[..w]
 }
 
+/// Bytes of a mapped matrix's rows stored as panels before their file
+/// pages are released.
+const RELEASE_STEP: usize = 16 << 20;
+
 /// Stores the matrices in `linears` that this ISA multiplies as stored
 /// panels (its kernels have `stored`, the rows are whole panels) as panels,
 /// and marks them so; a matrix named twice (a tied LM head) is stored once.
@@ -300,12 +304,18 @@ pub fn store_panels(
             let mut buf = lamina_gguf::anonymous(total).map_err(failed)?;
             let mut at = 0;
             for &(start, len, cols, pb, store) in &matrices {
-                let rows = &file.as_bytes()[start..start + len];
-                buf[at..at + len]
-                    .par_chunks_mut(pb)
-                    .zip(rows.par_chunks(pb))
-                    .for_each(|(panel, rows)| store(cols, rows, panel));
-                file.release(start, len).map_err(failed)?;
+                // A step at a time, its rows released once stored, so that a
+                // large matrix (an LM head) is not resident twice at once.
+                let step = (RELEASE_STEP / pb).max(1) * pb;
+                for from in (0..len).step_by(step) {
+                    let n = step.min(len - from);
+                    let rows = &file.as_bytes()[start + from..start + from + n];
+                    buf[at + from..at + from + n]
+                        .par_chunks_mut(pb)
+                        .zip(rows.par_chunks(pb))
+                        .for_each(|(panel, rows)| store(cols, rows, panel));
+                    file.release(start + from, n).map_err(failed)?;
+                }
                 moved.insert(start, at);
                 at += len;
             }
