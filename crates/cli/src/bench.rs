@@ -183,7 +183,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
     // The depth is filled in batches as large as the prompt, and at least as
     // large as llama-bench's micro-batch.
     let batch = a.pp.max(DEPTH_BATCH.min(a.depth));
-    let kv = a.kv.kv_type()?;
+    let kv = a.kv.kv_type();
     lamina_model::mem::check_session(hp, n_ctx, kv, batch)?;
     let mut cache = KvCache::new(hp, n_ctx, kv);
     let mut ws = Workspace::new(hp, batch);

@@ -10,7 +10,7 @@ use lamina_model::generate::{DEFAULT_BATCH, GenerateOptions, Session};
 use lamina_model::grammar::{Constraint, Grammar, Grammars};
 use lamina_model::sampling::{Sampler, SamplerParams};
 use lamina_model::tokenizer::Tokenizer;
-use lamina_model::{KvType, Load, Model, ModelError, ThreadPool};
+use lamina_model::{KvElement, KvType, Load, Model, ModelError, ThreadPool};
 use serde_json::json;
 
 use crate::embed::thread_pool;
@@ -72,8 +72,7 @@ pub struct KvCacheArgs {
         default_value = "f16"
     )]
     pub cache_type_k: KvArg,
-    /// Element type of the cached values; one type holds keys and values, so
-    /// it must be the keys'.
+    /// Element type of the cached values: f16, f32, or q8_0.
     #[arg(
         long = "cache-type-v",
         alias = "ctv",
@@ -87,21 +86,15 @@ pub struct KvCacheArgs {
 }
 
 impl KvCacheArgs {
-    /// The cache's type, refused where keys and values differ.
-    pub fn kv_type(&self) -> Result<KvType> {
-        if let Some(both) = self.kv_type {
-            return Ok(both.kv_type());
+    /// The cache's key and value types.
+    pub fn kv_type(&self) -> KvType {
+        match self.kv_type {
+            Some(both) => KvType::both(both.element()),
+            None => KvType {
+                k: self.cache_type_k.element(),
+                v: self.cache_type_v.element(),
+            },
         }
-        let (k, v) = (self.cache_type_k, self.cache_type_v);
-        if k != v {
-            bail!(
-                "--cache-type-k {} and --cache-type-v {} differ: lamina's KV cache holds keys \
-                 and values of one type, so give both the same one",
-                k.name(),
-                v.name()
-            );
-        }
-        Ok(k.kv_type())
     }
 }
 
@@ -116,19 +109,11 @@ pub enum KvArg {
 }
 
 impl KvArg {
-    fn name(self) -> &'static str {
+    pub fn element(self) -> KvElement {
         match self {
-            KvArg::F16 => "f16",
-            KvArg::F32 => "f32",
-            KvArg::Q8_0 => "q8_0",
-        }
-    }
-
-    pub fn kv_type(self) -> KvType {
-        match self {
-            KvArg::F16 => KvType::F16,
-            KvArg::F32 => KvType::F32,
-            KvArg::Q8_0 => KvType::Q8_0,
+            KvArg::F16 => KvElement::F16,
+            KvArg::F32 => KvElement::F32,
+            KvArg::Q8_0 => KvElement::Q8_0,
         }
     }
 }
@@ -243,7 +228,7 @@ impl ModelArgs {
         })
     }
 
-    pub fn kv(&self) -> Result<KvType> {
+    pub fn kv(&self) -> KvType {
         self.kv.kv_type()
     }
 }
@@ -254,7 +239,7 @@ impl Loaded {
             &self.model,
             &self.tok,
             self.n_ctx,
-            args.kv()?,
+            args.kv(),
             args.batch.max(1),
         )?)
     }

@@ -57,7 +57,7 @@ pub fn run(args: Args) -> Result<()> {
     let k = args.top.clamp(1, n_vocab);
     let chunk = chunk_for(n_vocab, args.model.batch);
     let hp = &loaded.model.hp;
-    let kv = args.model.kv()?;
+    let kv = args.model.kv();
     lamina_model::mem::check_session(hp, ids.len(), kv, chunk)?;
     let mut ws = Workspace::new(hp, chunk);
     let mut cache = KvCache::new(hp, ids.len(), kv);

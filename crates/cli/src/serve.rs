@@ -149,7 +149,7 @@ pub fn run(args: Args) -> Result<()> {
         max_document_bytes: args.max_document_bytes,
         default_task: args.default_task,
         truncate: args.truncate,
-        kv: args.kv.kv_type()?,
+        kv: args.kv.kv_type(),
         // A served model is loaded once: embedding models too are stored as panels.
         load: models::load_options(args.load.load(), Some(true)),
         header_timeout: secs("--header-timeout", args.header_timeout)?,

@@ -191,12 +191,6 @@ pub fn attention_on(
             head_dim: hd,
         });
     }
-    if matches!(
-        (k, v),
-        (KvRows::F32(_), KvRows::F16(_)) | (KvRows::F16(_), KvRows::F32(_))
-    ) {
-        return Err(KernelError::MixedKeysValues);
-    }
     // A q8_0 side goes through the portable kernel built from the ISA's Q8_0
     // kernels; its rows hold each head in whole blocks.
     let q8_0 = match k.is_q8_0() || v.is_q8_0() {
@@ -240,7 +234,12 @@ pub fn attention_on(
         }
     }
     let group = n_head / n_head_kv;
-    let simd_row = row_kernel(isa, hd);
+    // f32 keys with f16 values (or the reverse) take the portable kernel:
+    // the SIMD ones read both sides alike.
+    let simd_row = match (k, v) {
+        (KvRows::F32(_), KvRows::F16(_)) | (KvRows::F16(_), KvRows::F32(_)) => attend_one,
+        _ => row_kernel(isa, hd),
+    };
     let row = |args: RowArgs<'_>, out: &mut [f32]| match q8_0 {
         Some(kernels) => crate::attention_q8_0::attend(isa, kernels, args, out),
         None => simd_row(args, out),
@@ -645,7 +644,20 @@ mod tests {
                             KvRows::F16(&vh),
                             naive(&shape, &q8d, &k8d, &v16, keys),
                         ));
+                        // f16 keys score the query itself, unquantized.
+                        cases.push((
+                            "f16 keys, q8_0 values",
+                            KvRows::F16(&kh),
+                            KvRows::Q8_0(&v8),
+                            naive(&shape, &q, &k16, &v8d, keys),
+                        ));
                     }
+                    cases.push((
+                        "f32 keys, f16 values",
+                        KvRows::F32(&k),
+                        KvRows::F16(&vh),
+                        naive(&shape, &q, &k, &v16, keys),
+                    ));
                     for (ty, kr, vr, want) in cases {
                         for pool in [&Serial as &dyn ThreadPool, &Rayon] {
                             let mut got = vec![f32::NAN; q.len()];
@@ -943,21 +955,7 @@ mod tests {
             )
             .is_err()
         );
-        // Keys and values of different element types are refused, not a panic.
-        let half = [f16::ZERO; 24];
         for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
-            let e = attention_on(
-                isa,
-                &shape,
-                &x[..8],
-                KvRows::F32(&x[..8]),
-                KvRows::F16(&half[..8]),
-                &|_| 0..1,
-                &mut out[..8],
-                &Serial,
-            )
-            .unwrap_err();
-            assert!(e.to_string().contains("element types"), "{e}");
             // A q8_0 cache of heads that are not whole blocks.
             let blocks = [0u8; 2 * Q8_0_BYTES];
             let e = attention_on(

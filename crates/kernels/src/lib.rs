@@ -145,9 +145,6 @@ pub enum KernelError {
         /// Values per head.
         head_dim: usize,
     },
-    /// Keys and values of different element types.
-    #[error("attention: keys and values of different element types")]
-    MixedKeysValues,
     /// Attention buffers whose lengths disagree: queries not whole rows, an
     /// output not the queries' length, or keys and values not alike.
     #[error("attention: q {q} values, out {out}, k {k}, v {v} (rows of {q_row} / {kv_row})")]

@@ -47,7 +47,7 @@ pub use hparams::{HParams, Pooling};
 pub use lamina_kernels::pool::{Rayon, Serial, ThreadPool};
 pub use lamina_kernels::spin_pool::SpinPool;
 pub use load::{Load, LoadOptions};
-pub use transformer::{Chunk, KvCache, KvType, Model, Workspace};
+pub use transformer::{Chunk, KvCache, KvElement, KvType, Model, Workspace};
 
 /// A compute pool with one thread per core: the spinning pool the CLI uses
 /// by default ([`SpinPool`]), whose workers spin briefly between a forward

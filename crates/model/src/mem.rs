@@ -11,7 +11,6 @@ use crate::transformer::KvType;
 pub fn session_bytes(hp: &HParams, n_ctx: usize, kv: KvType, batch: usize) -> Option<u128> {
     let u = |x: usize| x as u128;
     let kv_cache = u(hp.n_layer)
-        .checked_mul(2)?
         .checked_mul(u(n_ctx))?
         .checked_mul(u(kv.row_bytes(hp.kv_dim())))?;
     // Workspace::ensure: x, xn, o, q, att, k, v, gate, up, rope and the
@@ -86,7 +85,7 @@ fn check_against(
 
 /// Refuses a q8_0 cache for heads that are not whole Q8_0 blocks.
 fn check_kv_type(hp: &HParams, kv: KvType) -> Result<(), ModelError> {
-    if kv == KvType::Q8_0 && !hp.head_dim.is_multiple_of(32) {
+    if kv.has_q8_0() && !hp.head_dim.is_multiple_of(32) {
         return Err(ModelError::Input(format!(
             "a q8_0 KV cache needs heads of a multiple of 32 values, and this model's have {}; \
              use an f16 cache",

@@ -7,9 +7,9 @@ with an f16 cache, beside f16's own agreement with an f32 cache.
 For each model and each prompt of testdata/generate/prompts/, runs
 `lamina logits --top 1 --step-from 1` (every token after the first decoded
 one at a time, so attention reads the cache as generation does) with
---kv-type f32, f16 and q8_0, and prints, for f16 against f32 and q8_0
-against f16, the share of positions whose top token agrees and the largest
-gap between the two runs' top logits.
+caches of f32, f16, q8_0, and q8_0 keys with f16 values, and prints, for
+f16 against f32 and each q8_0 cache against f16, the share of positions
+whose top token agrees and the largest gap between the two runs' top logits.
 """
 
 import json
@@ -21,10 +21,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PROMPTS = os.path.join(HERE, "../../../testdata/generate/prompts")
 
 
-def top(lamina, model, text, kv):
+# Each cache: its `lamina logits` flags.
+CACHES = {
+    "f32": ["--kv-type", "f32"],
+    "f16": ["--kv-type", "f16"],
+    "q8_0": ["--kv-type", "q8_0"],
+    "q8_0 keys": ["--cache-type-k", "q8_0", "--cache-type-v", "f16"],
+}
+PAIRS = (("f16", "f32"), ("q8_0", "f16"), ("q8_0 keys", "f16"))
+
+
+def top(lamina, model, text, flags):
     out = subprocess.run(
         [lamina, "logits", "-m", model, "--prompt", text, "--top", "1", "--step-from", "1",
-         "--kv-type", kv, "--json"],
+         *flags, "--json"],
         check=True, capture_output=True, text=True,
     ).stdout
     return [row[0] for row in json.loads(out)["top"]]
@@ -40,11 +50,12 @@ def main():
     lamina, models = sys.argv[1], sys.argv[2:]
     for model in models:
         name = os.path.basename(model)
-        sums = {"f16 vs f32": [0, 0, 0.0], "q8_0 vs f16": [0, 0, 0.0]}
+        sums = {f"{a} vs {b}": [0, 0, 0.0] for a, b in PAIRS}
         for prompt in sorted(os.listdir(PROMPTS)):
             text = open(os.path.join(PROMPTS, prompt), encoding="utf-8").read()
-            runs = {kv: top(lamina, model, text, kv) for kv in ("f32", "f16", "q8_0")}
-            for pair, (a, b) in (("f16 vs f32", ("f16", "f32")), ("q8_0 vs f16", ("q8_0", "f16"))):
+            runs = {kv: top(lamina, model, text, flags) for kv, flags in CACHES.items()}
+            for a, b in PAIRS:
+                pair = f"{a} vs {b}"
                 same, gap = compare(runs[a], runs[b])
                 s = sums[pair]
                 s[0] += same

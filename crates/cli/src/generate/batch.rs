@@ -51,7 +51,7 @@ pub(super) fn run(args: &Args, file: &Path) -> Result<()> {
         SchedulerOptions {
             slots: args.parallel,
             n_ctx: loaded.n_ctx,
-            kv: args.model.kv()?,
+            kv: args.model.kv(),
             budget: args.model.batch.max(1),
         },
     )?;

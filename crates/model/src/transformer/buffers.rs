@@ -115,9 +115,9 @@ pub struct KvCache {
     layers: Vec<(KvBuf, KvBuf)>,
 }
 
-/// The element type of the cache.
+/// The element type of one side of the cache (keys or values).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KvType {
+pub enum KvElement {
     F16,
     F32,
     /// ggml's Q8_0 blocks, as llama.cpp's `--cache-type-k/-v q8_0`: 8.5
@@ -126,14 +126,46 @@ pub enum KvType {
     Q8_0,
 }
 
-impl KvType {
+impl KvElement {
     /// Bytes of a cache row of `values` values (whole Q8_0 blocks for Q8_0).
     pub fn row_bytes(self, values: usize) -> usize {
         match self {
-            KvType::F16 => 2 * values,
-            KvType::F32 => 4 * values,
-            KvType::Q8_0 => values / QK * std::mem::size_of::<BlockQ8_0>(),
+            KvElement::F16 => 2 * values,
+            KvElement::F32 => 4 * values,
+            KvElement::Q8_0 => values / QK * std::mem::size_of::<BlockQ8_0>(),
         }
+    }
+}
+
+/// The element types of the cache's keys and of its values, as llama.cpp's
+/// `--cache-type-k` and `--cache-type-v` choose them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvType {
+    pub k: KvElement,
+    pub v: KvElement,
+}
+
+impl KvType {
+    /// Keys and values in f16 (the default).
+    pub const F16: KvType = KvType::both(KvElement::F16);
+    /// Keys and values in f32.
+    pub const F32: KvType = KvType::both(KvElement::F32);
+    /// Keys and values as Q8_0 blocks.
+    pub const Q8_0: KvType = KvType::both(KvElement::Q8_0);
+
+    /// Keys and values of one type.
+    pub const fn both(e: KvElement) -> KvType {
+        KvType { k: e, v: e }
+    }
+
+    /// Bytes of a position's keys and values, `values` values each.
+    pub fn row_bytes(self, values: usize) -> usize {
+        self.k.row_bytes(values) + self.v.row_bytes(values)
+    }
+
+    /// Whether either side holds Q8_0 blocks.
+    pub fn has_q8_0(self) -> bool {
+        self.k == KvElement::Q8_0 || self.v == KvElement::Q8_0
     }
 }
 
@@ -155,16 +187,16 @@ impl KvCache {
         let n = n_seq * n_ctx * hp.kv_dim();
         // Zeroed by the allocator: pages the OS maps in only when a position
         // is first written, so a long context costs memory as it fills.
-        let buf = || match ty {
-            KvType::F16 => KvBuf::F16(bytemuck::zeroed_vec(n)),
-            KvType::F32 => KvBuf::F32(bytemuck::zeroed_vec(n)),
-            KvType::Q8_0 => KvBuf::Q8_0(bytemuck::zeroed_vec(n / QK)),
+        let buf = |e: KvElement| match e {
+            KvElement::F16 => KvBuf::F16(bytemuck::zeroed_vec(n)),
+            KvElement::F32 => KvBuf::F32(bytemuck::zeroed_vec(n)),
+            KvElement::Q8_0 => KvBuf::Q8_0(bytemuck::zeroed_vec(n / QK)),
         };
         KvCache {
             n_ctx,
             kv_dim: hp.kv_dim(),
             lens: vec![0; n_seq],
-            layers: (0..hp.n_layer).map(|_| (buf(), buf())).collect(),
+            layers: (0..hp.n_layer).map(|_| (buf(ty.k), buf(ty.v))).collect(),
         }
     }
 

@@ -33,7 +33,7 @@ use lamina_kernels::attention::{AttnShape, KvRows, attention};
 use lamina_kernels::ops;
 use lamina_kernels::pool::{ThreadPool, rows2};
 
-pub use buffers::{Buffers, KvCache, KvType, Workspace};
+pub use buffers::{Buffers, KvCache, KvElement, KvType, Workspace};
 pub use tensors::Layer;
 pub(crate) use tensors::{optional, qkv};
 
