@@ -26,7 +26,7 @@
 //!   one warm-up run each; llama.cpp also with `OMP_WAIT_POLICY=passive`.
 //!   `--synth SHAPE[,...] [--type q4_k_m]` measures random-weight files of
 //!   real shapes instead (see [`crate::bench_synth`]). Each model also gets
-//!   the whole process of a first token after a 16-token prompt and its peak
+//!   the whole process of a first token after a short prompt and its peak
 //!   RSS (`lamina generate -n 1` against `llama-completion`, see
 //!   [`first_token`]); `--depth N` adds pp512 and tg128 with N tokens in the
 //!   cache (llama-bench's `-d`, see [`depth`]).
