@@ -260,6 +260,9 @@ fn bench(c: &mut Criterion) {
         (1536, 576),
         (576, 1536),
         (262_144, 640),
+        // The Llama-3.2-1B shape's feed-forward (`cargo xtask synth`).
+        (8192, 2048),
+        (2048, 8192),
         // Larger than L3 with whole 256-value blocks, so the K-quants'
         // single-token rows are measured streaming from memory too.
         (131_072, 768),

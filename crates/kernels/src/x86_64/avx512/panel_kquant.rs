@@ -20,8 +20,9 @@ pub(super) unsafe fn scale_add(s: __m512i, x: __m512i, scale: __m512i) -> __m512
 }
 
 /// A Q4_K panel against `T` prepared rows: per super-block the exact
-/// `Σ_s scale_s · Σ q·a` per lane (each sub-block's sum in two halves of 16
-/// products, |Σ| ≤ 16·15·128 < 2^15, scaled with [`scale_add`]), then `acc = fma(d_w·d_a, Σ, acc)`; the
+/// `Σ_s scale_s · Σ q·a` per lane (each sub-block's sum in two chains of 16
+/// products, added and multiplied by its scale with `vpmulld`, which leaves
+/// the `vpdpbusd` ports to the products), then `acc = fma(d_w·d_a, Σ, acc)`; the
 /// mins' chain `accm = fma(dmin_w·d_a, Σ_s min_s · Σa_s, accm)` runs in a
 /// second pass (independent of the first, so the same bits as the row
 /// kernel's interleaved steps, with fewer live registers); the result is
@@ -99,7 +100,7 @@ pub(super) unsafe fn q4_k_panel_ahead<const T: usize, const STORED: bool>(
                         a0 = _mm512_dpbusd_epi32(a0, w[2 * k], bcast(y.add(8 * k)));
                         a1 = _mm512_dpbusd_epi32(a1, w[2 * k + 1], bcast(y.add(8 * k + 4)));
                     }
-                    s[t] = scale_add(scale_add(s[t], a0, sc), a1, sc);
+                    s[t] = _mm512_add_epi32(s[t], _mm512_mullo_epi32(_mm512_add_epi32(a0, a1), sc));
                 }
             }
             let dw = if STORED {
