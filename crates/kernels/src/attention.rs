@@ -21,9 +21,12 @@
 //! that is the ISA, or AVX-512's in 512-bit vectors with AVX2's bits for
 //! heads of a multiple of 16 values) one at a time, or up to `MAX_HEADS`
 //! of a kv head's group together, reading each key and value row once for
-//! all of them. A row's result depends only on its query, its key range and
-//! the ISA, never on the other rows or heads of the call, so a token's
-//! output is the same alone or inside a batch.
+//! all of them. In a prompt, consecutive queries that start at the same key
+//! go through the ISA's tile kernel together where it has one (AVX-512):
+//! the key blocks they all attend are read once for all their heads. A
+//! row's result depends only on its query, its key range and the ISA, never
+//! on the other rows or heads of the call, so a token's output is the same
+//! alone or inside a batch.
 
 use std::ops::Range;
 
@@ -136,6 +139,35 @@ fn row_kernel(isa: Isa, head_dim: usize) -> AttendFn {
     attend_one
 }
 
+/// Consecutive queries of one kv head's heads ([`RowArgs`] each, one output
+/// each) through one kernel call where they share key rows; each head gets
+/// the bits the row kernel gives it.
+pub(crate) type AttendTileFn = fn(&[RowArgs<'_>], &mut [&mut [f32]]);
+
+/// Most queries a tile kernel takes.
+const MAX_TILE: usize = 4;
+
+/// An ISA's tile kernel, and how many queries of `n` heads it takes (1: no
+/// tile for such queries).
+#[derive(Clone, Copy)]
+struct TileKernel {
+    run: AttendTileFn,
+    queries: fn(usize) -> usize,
+}
+
+/// The tile kernel `isa` has for heads of `head_dim` values.
+fn tile_kernel(isa: Isa, head_dim: usize) -> Option<TileKernel> {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512Vnni && head_dim.is_multiple_of(16) {
+        return Some(TileKernel {
+            run: crate::x86_64::avx512::attend_tile,
+            queries: crate::x86_64::avx512::tile_queries,
+        });
+    }
+    let _ = (isa, head_dim);
+    None
+}
+
 /// A shared pointer to the output, written at disjoint (query, head) rows by the tasks.
 struct Out(*mut f32);
 // SAFETY: each task writes only the `head_dim` values of its own (query, head) pairs
@@ -244,6 +276,12 @@ pub fn attention_on(
         Some(kernels) => crate::attention_q8_0::attend(isa, kernels, args, out),
         None => simd_row(args, out),
     };
+    // A prompt's queries share key rows: consecutive ones with the same
+    // first key go through the tile kernel together where the ISA has one.
+    let tile = match (k, v) {
+        (KvRows::F32(_), KvRows::F32(_)) | (KvRows::F16(_), KvRows::F16(_)) => tile_kernel(isa, hd),
+        _ => None,
+    };
     // Tasks: (chunk of queries) × head, or × kv head when there are enough
     // queries to balance the threads that way: then the task's query heads
     // go through the row kernel together (each key row read once for all),
@@ -270,38 +308,68 @@ pub fn attention_on(
         let heads = g * group + part * group / parts..g * group + (part + 1) * group / parts;
         let queries = chunk * q_chunk..((chunk + 1) * q_chunk).min(n_q);
         let run_rows = |k: KvRows<'_>, v: KvRows<'_>, off: usize, kv_row: usize, base: usize| {
-            for t in queries.clone() {
+            let local = |t: usize| {
                 let r = keys(t);
-                let r = if r.is_empty() {
+                if r.is_empty() {
                     0..0
                 } else {
                     r.start - base..r.end - base
-                };
-                // The task's heads share the kv head and the key range: up
-                // to MAX_HEADS of them per call read each key row once.
-                let mut h = heads.start;
-                while h < heads.end {
-                    let nh = (heads.end - h).min(MAX_HEADS);
-                    let o_start = t * q_row + h * hd;
-                    h += nh;
-                    let len = nh * hd;
-                    // SAFETY: `o_start + len <= n_q * q_row == out.len()` (checked above),
-                    // and the (t, head) pairs are visited by exactly one task, so these
-                    // rows are not aliased.
-                    let oh = unsafe { std::slice::from_raw_parts_mut(out_ptr.0.add(o_start), len) };
-                    let args = RowArgs {
-                        q: &q[o_start..o_start + len],
-                        head_dim: hd,
-                        k,
-                        v,
-                        off,
-                        kv_row,
-                        keys: r.clone(),
-                        scale: shape.scale,
-                        softcap: shape.softcap,
-                    };
-                    row(args, oh);
                 }
+            };
+            // Query `t`'s heads `h..h + nh`: their arguments, and their output rows.
+            let args = |t: usize, h: usize, nh: usize| {
+                let o_start = t * q_row + h * hd;
+                RowArgs {
+                    q: &q[o_start..o_start + nh * hd],
+                    head_dim: hd,
+                    k,
+                    v,
+                    off,
+                    kv_row,
+                    keys: local(t),
+                    scale: shape.scale,
+                    softcap: shape.softcap,
+                }
+            };
+            let rows_out = |t: usize, h: usize, nh: usize| {
+                // SAFETY: `t * q_row + (h + nh) * hd <= n_q * q_row == out.len()`
+                // (checked above), and each (t, head) pair is visited by exactly
+                // one task, once, so these rows are not aliased.
+                unsafe {
+                    std::slice::from_raw_parts_mut(out_ptr.0.add(t * q_row + h * hd), nh * hd)
+                }
+            };
+            // The task's heads share the kv head and the key range: up to
+            // MAX_HEADS of them per call read each key row once, for up to
+            // `tile_queries` consecutive queries where a tile kernel serves.
+            let mut h = heads.start;
+            while h < heads.end {
+                let nh = (heads.end - h).min(MAX_HEADS);
+                let per_tile = match tile {
+                    Some(tile) if per_kv => (tile.queries)(nh).min(MAX_TILE),
+                    _ => 1,
+                };
+                let mut t = queries.start;
+                while t < queries.end {
+                    match tile {
+                        Some(tile) if per_tile > 1 && t + per_tile <= queries.end => {
+                            let n = per_tile;
+                            let tile_args: [RowArgs<'_>; MAX_TILE] =
+                                std::array::from_fn(|i| args(t + i.min(n - 1), h, nh));
+                            let mut outs: [&mut [f32]; MAX_TILE] = Default::default();
+                            for (i, o) in outs.iter_mut().take(n).enumerate() {
+                                *o = rows_out(t + i, h, nh);
+                            }
+                            (tile.run)(&tile_args[..n], &mut outs[..n]);
+                            t += n;
+                        }
+                        _ => {
+                            row(args(t, h, nh), rows_out(t, h, nh));
+                            t += 1;
+                        }
+                    }
+                }
+                h += nh;
             }
         };
         let span = queries
@@ -798,6 +866,73 @@ mod tests {
         }
     }
 
+    /// The AVX-512 tile kernels (a prompt's queries sharing key blocks) give
+    /// each query the bits it gets alone, f32 and f16 rows; small enough for
+    /// Miri (`.ci/isa-tests.sh`), natively only where the CPU has AVX-512.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn miri_avx512_prompt_tiles_match_queries_alone() {
+        if !crate::testutil::runs_here(Isa::Avx512Vnni) {
+            return;
+        }
+        let (n, hd, nq) = (41, 16, 8);
+        for nh in [1usize, 2] {
+            let shape = AttnShape {
+                n_head: nh,
+                n_head_kv: 1,
+                head_dim: hd,
+                scale: 0.25,
+                softcap: None,
+            };
+            let q = pseudo(nh * hd * nq, 31);
+            let k: Vec<f32> = pseudo(n * hd, 32).iter().map(|x| x * 3.0).collect();
+            let v = pseudo(n * hd, 33);
+            let kh: Vec<f16> = k.iter().map(|&x| f16::from_f32_const(x)).collect();
+            let vh: Vec<f16> = v.iter().map(|&x| f16::from_f32_const(x)).collect();
+            // Every query attends the first key block, some the second's start.
+            let keys = |t: usize| 0..t + 34;
+            for (ty, kr, vr) in [
+                ("f32", KvRows::F32(&k), KvRows::F32(&v)),
+                ("f16", KvRows::F16(&kh), KvRows::F16(&vh)),
+            ] {
+                let mut all = vec![f32::NAN; q.len()];
+                attention_on(
+                    Isa::Avx512Vnni,
+                    &shape,
+                    &q,
+                    kr,
+                    vr,
+                    &keys,
+                    &mut all,
+                    &Serial,
+                )
+                .unwrap();
+                for t in [0, 5, nq - 1] {
+                    let row = nh * hd;
+                    let mut one = vec![f32::NAN; row];
+                    let qt = &q[t * row..(t + 1) * row];
+                    let r = keys(t);
+                    attention_on(
+                        Isa::Avx512Vnni,
+                        &shape,
+                        qt,
+                        kr,
+                        vr,
+                        &|_| r.clone(),
+                        &mut one,
+                        &Serial,
+                    )
+                    .unwrap();
+                    assert_eq!(
+                        &all[t * row..(t + 1) * row],
+                        &one[..],
+                        "{nh} heads {ty}, query {t}"
+                    );
+                }
+            }
+        }
+    }
+
     /// A row's output does not depend on the other rows of the call: the
     /// same query and keys give the same bits at any place in a batch, and
     /// whichever heads of its kv head's group share its kernel call.
@@ -838,6 +973,61 @@ mod tests {
                         &one[..],
                         "{isa} {n_head} heads"
                     );
+                }
+            }
+        }
+    }
+
+    /// A causal prompt's queries go through tile kernels several at a time
+    /// where the ISA has them (sharing the key blocks they all attend): each
+    /// query's rows are the bits it gets alone, for groups of one to seven
+    /// heads (tiled groups of one and two, untiled ones, groups split four
+    /// and three), f32 and f16 rows, soft-capped or not.
+    #[test]
+    fn prompt_tiles_give_each_query_its_bits_alone() {
+        for (n_head, hd, softcap) in [
+            (1, 64, None),
+            (2, 32, Some(0.5)),
+            (3, 48, None),
+            (4, 64, None),
+            (5, 16, None),
+            (7, 128, None),
+        ] {
+            let shape = AttnShape {
+                n_head: 2 * n_head,
+                n_head_kv: 2,
+                head_dim: hd,
+                scale: 0.125,
+                softcap,
+            };
+            let (n, q_row, kv_row) = (75, 2 * n_head * hd, 2 * hd);
+            let q = pseudo(n * q_row, 21);
+            let k: Vec<f32> = pseudo(n * kv_row, 22).iter().map(|x| 4.0 * x).collect();
+            let v = pseudo(n * kv_row, 23);
+            let kh: Vec<f16> = k.iter().map(|&x| f16::from_f32(x)).collect();
+            let vh: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
+            for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+                for (kr, vr) in [
+                    (KvRows::F32(&k), KvRows::F32(&v)),
+                    (KvRows::F16(&kh), KvRows::F16(&vh)),
+                ] {
+                    // Causal, after 3 tokens of an earlier turn.
+                    let keys = |t: usize| 0..t + 4;
+                    let nq = n - 3;
+                    let qs = &q[..nq * q_row];
+                    let mut all = vec![f32::NAN; qs.len()];
+                    attention_on(isa, &shape, qs, kr, vr, &keys, &mut all, &Rayon).unwrap();
+                    for t in 0..nq {
+                        let mut one = vec![f32::NAN; q_row];
+                        let qt = &q[t * q_row..(t + 1) * q_row];
+                        attention_on(isa, &shape, qt, kr, vr, &|_| 0..t + 4, &mut one, &Serial)
+                            .unwrap();
+                        assert_eq!(
+                            &all[t * q_row..(t + 1) * q_row],
+                            &one[..],
+                            "{isa} {n_head} heads of {hd}, query {t}"
+                        );
+                    }
                 }
             }
         }

@@ -28,16 +28,16 @@ pub(super) unsafe fn load16_f16(p: *const u8) -> __m512 {
 /// How [`attend16`] reads key rows (8 values, as AVX2's kernel does) and
 /// value rows (16 values), for f32 or f16 rows.
 #[derive(Clone, Copy)]
-struct RowLoads {
+pub(super) struct RowLoads {
     key8: unsafe fn(*const u8) -> __m256,
     value16: unsafe fn(*const u8) -> __m512,
 }
 
-const LOADS_F32: RowLoads = RowLoads {
+pub(super) const LOADS_F32: RowLoads = RowLoads {
     key8: crate::x86_64::avx2::load8_f32,
     value16: load16_f32,
 };
-const LOADS_F16: RowLoads = RowLoads {
+pub(super) const LOADS_F16: RowLoads = RowLoads {
     key8: crate::x86_64::avx2::load8_f16,
     value16: load16_f16,
 };
@@ -105,23 +105,63 @@ unsafe fn score_pairs<const R: usize, const P: usize, const ESIZE: usize>(
 /// AVX2's attention kernel (`avx2::attend`) with 512-bit vectors and the
 /// same bits, for heads of a multiple of 16 values: `R` query heads sharing
 /// one kv head against key rows `start..end` (row `j`'s head at `k + j·row`),
-/// into `out[r]`. Scores take two keys per vector, eight keys per pass
-/// (sixteen for a lone head, to keep eight FMA chains in flight), each key's
-/// FMA chain and addition tree AVX2's, and the keys past the last whole eight
-/// AVX2's single-key path; the block's softmax is AVX2's; the value rows are
-/// accumulated into up to four 16-value chunks of every head at a time, each
-/// value in key order as AVX2 does. So every head gets AVX2's bits, alone or
-/// with others, from f32 or f16 rows. Twice AVX2's lanes per FMA, since
-/// attention takes a large share of prompt processing.
+/// into `out[r]`. Every head gets AVX2's bits, alone or with others, from
+/// f32 or f16 rows (see [`attend16_blocks`]). Twice AVX2's lanes per FMA,
+/// since attention takes a large share of prompt processing.
 #[inline(always)]
-#[allow(clippy::needless_range_loop)]
 unsafe fn attend16<const R: usize, const ESIZE: usize>(
     rows: KeyRows,
     q: [*const f32; R],
     out: [*mut f32; R],
     loads: RowLoads,
 ) {
-    use crate::x86_64::avx2::{normalize, score_one, softmax_block};
+    use crate::x86_64::avx2::normalize;
+    // SAFETY: as for `attend16_blocks`, which this forwards.
+    unsafe {
+        zero_rows(out, rows.hd);
+        let (mut max, mut sum) = ([f32::NEG_INFINITY; R], [0.0f32; R]);
+        attend16_blocks::<R, ESIZE>(rows, q, out, loads, &mut max, &mut sum);
+        normalize(&sum, out, rows.hd);
+    }
+}
+
+/// Zeroes `hd` values (a multiple of 16) at each `out[r]`.
+#[inline(always)]
+pub(super) unsafe fn zero_rows<const R: usize>(out: [*mut f32; R], hd: usize) {
+    // SAFETY: the caller passes `hd` writable values at each `out[r]`;
+    // AVX-512F is enabled in every caller.
+    unsafe {
+        for o in out {
+            for c in 0..hd / 16 {
+                _mm512_storeu_ps(o.add(16 * c), _mm512_setzero_ps());
+            }
+        }
+    }
+}
+
+/// The key blocks of [`attend16`]: key rows `start..end` in blocks of
+/// `KEY_BLOCK` from `start`, for `R` heads whose running maxima and sums
+/// are `max` and `sum` and whose unnormalized outputs are at `out[r]`.
+/// Scores take two keys per vector, eight keys per pass (sixteen for a
+/// lone head, to keep eight FMA chains in flight), each key's FMA chain
+/// and addition tree AVX2's, and the keys past the last whole eight AVX2's
+/// single-key path; the block's softmax is AVX2's; the value rows are
+/// accumulated into up to four 16-value chunks of every head at a time,
+/// each value in key order as AVX2 does. So a
+/// head's bits depend only on its query, its keys and where its blocks
+/// start, never on the heads beside it: a range may be split at a block
+/// boundary and continued with the same `max`, `sum` and `out`.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)]
+pub(super) unsafe fn attend16_blocks<const R: usize, const ESIZE: usize>(
+    rows: KeyRows,
+    q: [*const f32; R],
+    out: [*mut f32; R],
+    loads: RowLoads,
+    max: &mut [f32; R],
+    sum: &mut [f32; R],
+) {
+    use crate::x86_64::avx2::{score_one, softmax_block};
     let KeyRows {
         hd,
         k,
@@ -137,11 +177,6 @@ unsafe fn attend16<const R: usize, const ESIZE: usize>(
     // the range holds `hd` elements; AVX-512 F/VL, AVX2, FMA and F16C are enabled.
     unsafe {
         let chunks = hd / 16;
-        for o in out {
-            for c in 0..chunks {
-                _mm512_storeu_ps(o.add(16 * c), _mm512_setzero_ps());
-            }
-        }
         // Each head's 8-value chunks, each in both halves of a vector; only
         // the first `hd / 8` are written and read (zeroing all of them cost
         // every call, decoding's single queries too, 4 KiB per head).
@@ -152,7 +187,6 @@ unsafe fn attend16<const R: usize, const ESIZE: usize>(
                 qd[r][c].write(halves(x, x));
             }
         }
-        let (mut max, mut sum) = ([f32::NEG_INFINITY; R], [0.0f32; R]);
         let mut s = [[f32::NEG_INFINITY; KEY_BLOCK]; R];
         let mut p = [[0.0f32; KEY_BLOCK]; R];
         let mut j0 = start;
@@ -173,7 +207,7 @@ unsafe fn attend16<const R: usize, const ESIZE: usize>(
                 score_one::<R, ESIZE>(q, hd, key(j), scale, loads.key8, &mut s, j);
                 j += 1;
             }
-            softmax_block(&mut s, n, softcap, &mut max, &mut sum, &mut p, out, hd);
+            softmax_block(&mut s, n, softcap, max, sum, &mut p, out, hd);
             // Values: up to four 16-value chunks of all R outputs in registers
             // while the block's value rows stream past.
             let mut c = 0;
@@ -210,7 +244,6 @@ unsafe fn attend16<const R: usize, const ESIZE: usize>(
             }
             j0 += n;
         }
-        normalize(&sum, out, hd);
     }
 }
 
