@@ -400,11 +400,15 @@ fn rows_are_independent_of_the_batch() {
     }
 }
 
+/// A query's key range, as `attention` takes it.
+type KeysFn<'a> = dyn Fn(usize) -> Range<usize> + Sync + 'a;
+
 /// A causal prompt's queries go through tile kernels several at a time
 /// where the ISA has them (sharing the key blocks they all attend): each
 /// query's rows are the bits it gets alone, for groups of one to seven
 /// heads (tiled groups of one and two, untiled ones, groups split four
-/// and three), f32 and f16 rows, soft-capped or not.
+/// and three), f32 and f16 rows, soft-capped or not; queries that start
+/// apart (a sliding window, packed sequences) are not tiled.
 #[test]
 fn prompt_tiles_give_each_query_its_bits_alone() {
     for (n_head, hd, softcap) in [
@@ -433,22 +437,34 @@ fn prompt_tiles_give_each_query_its_bits_alone() {
                 (KvRows::F32(&k), KvRows::F32(&v)),
                 (KvRows::F16(&kh), KvRows::F16(&vh)),
             ] {
-                // Causal, after 3 tokens of an earlier turn.
-                let keys = |t: usize| 0..t + 4;
-                let nq = n - 3;
-                let qs = &q[..nq * q_row];
-                let mut all = vec![f32::NAN; qs.len()];
-                attention_on(isa, &shape, qs, kr, vr, &keys, &mut all, &Rayon).unwrap();
-                for t in 0..nq {
-                    let mut one = vec![f32::NAN; q_row];
-                    let qt = &q[t * q_row..(t + 1) * q_row];
-                    attention_on(isa, &shape, qt, kr, vr, &|_| 0..t + 4, &mut one, &Serial)
-                        .unwrap();
-                    assert_eq!(
-                        &all[t * q_row..(t + 1) * q_row],
-                        &one[..],
-                        "{isa} {n_head} heads of {hd}, query {t}"
-                    );
+                // Causal after 3 tokens of an earlier turn; a sliding window
+                // of 40 keys; two sequences packed with the later one's rows
+                // first (the last two: queries that start apart, not tiled).
+                let causal = |t: usize| 0..t + 4;
+                let window = |t: usize| (t + 4).saturating_sub(40)..t + 4;
+                let packed = |t: usize| if t < 21 { 54..t + 55 } else { 0..t - 20 };
+                let masks: [(&str, &KeysFn); 3] = [
+                    ("causal", &causal),
+                    ("window", &window),
+                    ("packed", &packed),
+                ];
+                for (mask, keys) in masks {
+                    let nq = n - 3;
+                    let qs = &q[..nq * q_row];
+                    let mut all = vec![f32::NAN; qs.len()];
+                    attention_on(isa, &shape, qs, kr, vr, keys, &mut all, &Rayon).unwrap();
+                    for t in 0..nq {
+                        let mut one = vec![f32::NAN; q_row];
+                        let qt = &q[t * q_row..(t + 1) * q_row];
+                        let r = keys(t);
+                        attention_on(isa, &shape, qt, kr, vr, &|_| r.clone(), &mut one, &Serial)
+                            .unwrap();
+                        assert_eq!(
+                            &all[t * q_row..(t + 1) * q_row],
+                            &one[..],
+                            "{isa} {mask} {n_head} heads of {hd}, query {t}"
+                        );
+                    }
                 }
             }
         }

@@ -136,8 +136,10 @@ pub(crate) fn attend_tile(args: &[RowArgs<'_>], outs: &mut [&mut [f32]]) {
                 && !a.keys.is_empty()
         });
     let start = a0.keys.start;
+    // The whole key blocks every query attends (none where the queries do
+    // not all start at `start`: then `tiled` is false).
     let shared = args.iter().map(|a| a.keys.end).min().unwrap_or(start);
-    let shared = start + (shared - start) / KEY_BLOCK * KEY_BLOCK;
+    let shared = start + shared.saturating_sub(start) / KEY_BLOCK * KEY_BLOCK;
     if !tiled || shared == start {
         for (a, o) in args.iter().zip(outs.iter_mut()) {
             super::attend_row(a.clone(), o);
