@@ -56,7 +56,6 @@ fn quantize_with(cmd: &mut Command, what: &str) -> Result<()> {
 const GOLD_FILES: [&str; 2] = ["llama-quantize.sha256", "llama-quantize-sweep.sha256"];
 
 pub(super) fn quantizer(ctx: &Ctx) -> Result<Vec<Row>> {
-    const CHECK: &str = "quantized file vs llama-quantize (SHA-256)";
     let mut cases = Vec::new();
     for name in GOLD_FILES {
         let gold = ctx.root.join("testdata/quantize").join(name);
@@ -68,8 +67,16 @@ pub(super) fn quantizer(ctx: &Ctx) -> Result<Vec<Row>> {
     let dir = crate::target_dir().join("validate");
     std::fs::create_dir_all(&dir)?;
     let out = dir.join("quantized.gguf");
+    let rows = quantize_cases(ctx, &cases, &out);
+    // A failed case must not leave hundreds of megabytes behind on a full disk.
+    std::fs::remove_file(&out).ok();
+    rows
+}
+
+fn quantize_cases(ctx: &Ctx, cases: &[Case], out: &Path) -> Result<Vec<Row>> {
+    const CHECK: &str = "quantized file vs llama-quantize (SHA-256)";
     let mut rows = Vec::new();
-    for c in &cases {
+    for c in cases {
         let input = ctx.models.join(&c.input);
         let label = format!("{} → {}", c.input, c.target);
         if !input.is_file() {
@@ -84,11 +91,11 @@ pub(super) fn quantizer(ctx: &Ctx) -> Result<Vec<Row>> {
             Command::new(&ctx.lamina)
                 .arg("quantize")
                 .arg(&input)
-                .arg(&out)
+                .arg(out)
                 .arg(&c.target),
             "lamina quantize",
         )?;
-        let ours = hash_file(&out, "lamina's output")?;
+        let ours = hash_file(out, "lamina's output")?;
         rows.push(Row {
             check: CHECK.into(),
             model: label.clone(),
@@ -101,10 +108,9 @@ pub(super) fn quantizer(ctx: &Ctx) -> Result<Vec<Row>> {
             },
         });
         if ctx.live {
-            rows.push(live(&input, &out, c, &label)?);
+            rows.push(live(&input, out, c, &label)?);
         }
     }
-    std::fs::remove_file(&out).ok();
     Ok(rows)
 }
 
