@@ -40,9 +40,12 @@ use crate::{Isa, KernelError};
 pub(crate) const KEY_BLOCK: usize = 32;
 /// Largest head dimension supported.
 pub const MAX_HEAD_DIM: usize = 512;
-/// Most keys a task widens from f16 at once (longer spans are widened per row
-/// as they are read: the same values either way).
-const WIDEN_MAX_KEYS: usize = 4096;
+/// Most bytes of f32 a task widens its f16 keys (and as many values) into
+/// at once; longer spans are widened per row as they are read, the same
+/// values either way. A kv head's rows lie a whole cache row apart, and
+/// scoring a long cache from contiguous f32 rows is the faster of the two
+/// well past the L2, so the cap is set by memory: about 16 MiB a thread.
+const WIDEN_MAX_BYTES: usize = 8 << 20;
 /// Widening buffers grow in steps of this many keys.
 const WIDEN_STEP: usize = 512;
 
@@ -382,7 +385,7 @@ pub fn attention_on(
         let reads: usize = queries.clone().map(|t| keys(t).len()).sum();
         match (k, v, span) {
             (KvRows::F16(k16), KvRows::F16(v16), Some(span))
-                if per_kv && span.len() <= WIDEN_MAX_KEYS && reads >= 2 * span.len() =>
+                if per_kv && span.len() * hd * 4 <= WIDEN_MAX_BYTES && reads >= 2 * span.len() =>
             {
                 WIDENED.with_borrow_mut(|(kw, vw)| {
                     let n = span.len() * hd;
