@@ -5,6 +5,9 @@ use super::*;
 use crate::attention::{KEY_BLOCK, MAX_HEAD_DIM};
 use std::mem::MaybeUninit;
 
+/// How many key blocks ahead [`attend16_blocks`] asks for strided rows.
+const PREFETCH_BLOCKS: usize = 2;
+
 /// 16 f32 at `p`.
 #[inline(always)]
 unsafe fn load16_f32(p: *const u8) -> __m512 {
@@ -174,7 +177,8 @@ pub(super) unsafe fn attend16_blocks<const R: usize, const ESIZE: usize>(
     } = rows;
     // SAFETY: the wrapper checked `hd` values (a multiple of 16, at most
     // MAX_HEAD_DIM) at each `q[r]` and `out[r]` and that every key and value row of
-    // the range holds `hd` elements; AVX-512 F/VL, AVX2, FMA and F16C are enabled.
+    // the range holds `hd` elements (so the prefetched rows, all in the range, are
+    // in bounds); AVX-512 F/VL, AVX2, FMA and F16C are enabled.
     unsafe {
         let chunks = hd / 16;
         // Each head's 8-value chunks, each in both halves of a vector; only
@@ -189,9 +193,22 @@ pub(super) unsafe fn attend16_blocks<const R: usize, const ESIZE: usize>(
         }
         let mut s = [[f32::NEG_INFINITY; KEY_BLOCK]; R];
         let mut p = [[0.0f32; KEY_BLOCK]; R];
+        // A kv head's rows in a cache lie a whole cache row apart, a stride
+        // the hardware prefetchers follow too slowly to keep decoding's one
+        // pass over them streaming; contiguous (widened) rows need no hint.
+        let strided = row != hd * ESIZE;
         let mut j0 = start;
         while j0 < end {
             let n = (end - j0).min(KEY_BLOCK);
+            if strided && !cfg!(miri) {
+                let ahead = j0 + PREFETCH_BLOCKS * KEY_BLOCK;
+                for j in ahead..(ahead + KEY_BLOCK).min(end) {
+                    for l in (0..hd * ESIZE).step_by(64) {
+                        _mm_prefetch::<_MM_HINT_T0>(k.add(j * row + l).cast());
+                        _mm_prefetch::<_MM_HINT_T0>(v.add(j * row + l).cast());
+                    }
+                }
+            }
             let key = |j: usize| k.add((j0 + j) * row);
             let mut j = 0;
             while j + 8 <= n {
