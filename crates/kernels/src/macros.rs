@@ -245,6 +245,37 @@ macro_rules! kernel_fns {
         kernel_fns!(@panel $isa; $name, $values, $block, $act,
             crate::panel::PANEL_TOKENS / 2 => $narrow = |$nb, $panel, $acts, $arow, $out| $call);
     )*};
+    // Two panels back to back against `PANEL_TOKENS` tokens, each
+    // activation load feeding both (`PanelFns::pair`).
+    (pairs $isa:ident;
+     $($name:literal, $values:literal, $block:expr, $act:expr => $f:ident
+       = |$nb:ident, $panels:ident, $acts:ident, $arow:ident, $out:ident| $call:expr;)*) => {$(
+        pub(crate) fn $f(cols: usize, panels: &[u8], acts: &[u8], out: &mut [f32]) {
+            const T: usize = crate::panel::PANEL_TOKENS;
+            target_fns! { $isa:
+                unsafe fn entry(
+                    $nb: usize,
+                    $panels: *const u8,
+                    $acts: *const u8,
+                    $arow: usize,
+                    $out: *mut f32,
+                ) {
+                    // SAFETY: forwarded from the wrapper's checks.
+                    unsafe { $call }
+                }
+            }
+            let half = panels.len() / 2;
+            assert_eq!(panels.len(), 2 * half, concat!($name, " panel pair size"));
+            assert_eq!(out.len(), 32 * T, concat!($name, " panel pair output size"));
+            let (nb, arow) = crate::x86_64::common::panel_call(
+                $name, $values, cols, &panels[..half], $block, acts, $act, &out[..16 * T], T,
+            );
+            // SAFETY: two panels of `nb` blocks, the tokens' prepared rows and
+            // both panels' outputs (checked above); reachable only through a
+            // table handed out after the ISA's features were detected.
+            unsafe { entry(nb, panels.as_ptr(), acts.as_ptr(), arow, out.as_mut_ptr()) }
+        }
+    )*};
     (@panel $isa:ident; $name:literal, $values:literal, $block:expr, $act:expr,
      $tokens:expr => $f:ident
      = |$nb:ident, $panel:ident, $acts:ident, $arow:ident, $out:ident| $call:expr) => {

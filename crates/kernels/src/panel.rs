@@ -21,7 +21,10 @@
 //! enough to stay in L2, and runs blocks of prepared tokens over the whole
 //! slab so that each block's activations stay in cache across its panels.
 //! Each kernel call covers one panel and [`PANEL_TOKENS`] tokens (or half as
-//! many for the batch's last ones, padded with zero rows).
+//! many for the batch's last ones, padded with zero rows). Where a type has a
+//! pair kernel ([`PanelFns::pair`]), a call covers two panels of the slab:
+//! each broadcast of activation bytes then feeds both panels' products,
+//! which halves the loads per product, the limit of the one-panel kernel.
 //!
 //! Layouts, per weight block of a panel (`r` a row 0..16, all little-endian):
 //! * legacy Q8_0/Q4_0/Q5_0 (576 bytes per 32 values): for dword `k` in 0..8,
@@ -88,6 +91,11 @@ pub struct PanelFns {
     pub wide: PanelFn,
     /// Against [`PANEL_TOKENS`]` / 2` tokens.
     pub narrow: PanelFn,
+    /// Where the ISA has one: two panels back to back against
+    /// [`PANEL_TOKENS`] tokens (`out` holds the first panel's outputs, then
+    /// the second's), each activation load feeding both; every output's
+    /// bits are `wide`'s.
+    pub pair: Option<PanelFn>,
     /// Panel bytes per weight block.
     pub block_bytes: usize,
     /// Prepared activation bytes per weight block.
@@ -450,6 +458,9 @@ pub struct StoredPanelFns {
     pub wide: PanelFn,
     /// Half as many.
     pub narrow: PanelFn,
+    /// Where the ISA has one: two stored panels back to back against
+    /// [`PANEL_TOKENS`] tokens ([`PanelFns::pair`]).
+    pub pair: Option<PanelFn>,
     /// Stored bytes per weight block.
     pub block_bytes: usize,
     /// Where a stored block is packed tighter than the type's panel: a
@@ -471,6 +482,7 @@ impl StoredPanelFns {
         PanelFns {
             wide: self.wide,
             narrow: self.narrow,
+            pair: self.pair,
             block_bytes: self.block_bytes,
             ..p
         }

@@ -543,7 +543,8 @@ fn check_quantize_prepared(
 /// `style`), then a partial one of 5 rows, whose missing rows must come out
 /// 0; each unpacked byte for byte as the reference unpacker does; all eight
 /// activation rows `cols` through the wide kernel, the last four through
-/// the narrow one.
+/// the narrow one; the pair kernel (where the type has one) over that panel
+/// and another, each half bit for bit as the wide kernel gives it.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn check_panel(k: &TypeKernels, n: usize, w: &[u8], cols: &[Vec<u8>], seed: u64, style: u64) {
     let Some(p) = k.panel else {
@@ -588,6 +589,26 @@ fn check_panel(k: &TypeKernels, n: usize, w: &[u8], cols: &[Vec<u8>], seed: u64,
         (p.wide)(n, &panel, &prepared, &mut wide);
         let mut narrow = vec![f32::NAN; 16 * 4];
         (p.narrow)(n, &panel, &prepared[4 * prow..], &mut narrow);
+        if let Some(pair) = p.pair {
+            // This panel, then one of 16 other rows: each half as `wide` gives it.
+            let other: Vec<u8> = (0..16)
+                .flat_map(|_| weight_row(&mut rng, ty, n, style))
+                .collect();
+            let mut second = vec![0u8; p.panel_bytes(n)];
+            (p.unpack)(n, &other, &mut second);
+            let mut want = wide.clone();
+            want.resize(16 * 16, f32::NAN);
+            (p.wide)(n, &second, &prepared, &mut want[16 * 8..]);
+            let mut got = vec![f32::NAN; 16 * 16];
+            (pair)(n, &[panel.clone(), second].concat(), &prepared, &mut got);
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    g.to_bits() == w.to_bits(),
+                    "{} {ty}: panel pair of {given} rows, output {i}: {g} vs wide {w} (seed {seed})",
+                    k.isa
+                );
+            }
+        }
         for (t, a) in cols.iter().enumerate() {
             for r in 0..checked {
                 let want = rows.get(r).map_or(0.0, |wr| (k.vec_dot)(n, wr, a));
@@ -610,7 +631,8 @@ fn check_panel(k: &TypeKernels, n: usize, w: &[u8], cols: &[Vec<u8>], seed: u64,
 /// Stored panels (where the ISA has them): two panels of sixteen rows
 /// (`w` first) stored and read back byte for byte, dequantized rows equal
 /// to the rows' own, and the one-token, wide and narrow kernels each giving
-/// every (row, token) the row kernel's bits.
+/// every (row, token) the row kernel's bits; the pair kernel (where the type
+/// has one) over both panels each wide kernel's.
 fn check_stored(k: &TypeKernels, n: usize, w: &[u8], cols: &[Vec<u8>], seed: u64, style: u64) {
     let (Some(s), Some(p)) = (k.stored, k.panel) else {
         return;
@@ -686,6 +708,20 @@ fn check_stored(k: &TypeKernels, n: usize, w: &[u8], cols: &[Vec<u8>], seed: u64
     (s.wide)(n, &stored[pb..], &prepared, &mut wide);
     let mut narrow = vec![f32::NAN; 16 * 4];
     (s.narrow)(n, &stored[..pb], &prepared[4 * prow..], &mut narrow);
+    // Both panels at once, each half as the wide kernel gives it.
+    let mut pair = vec![f32::NAN; 2 * 16 * 8];
+    if let Some(f) = s.pair {
+        f(n, &stored, &prepared, &mut pair);
+        let mut first = vec![f32::NAN; 16 * 8];
+        (s.wide)(n, &stored[..pb], &prepared, &mut first);
+        for (i, (g, w)) in pair.iter().zip(first.iter().chain(&wide)).enumerate() {
+            assert!(
+                g.to_bits() == w.to_bits(),
+                "{} {ty}: stored panel pair, output {i}: {g} vs wide {w} (seed {seed})",
+                k.isa
+            );
+        }
+    }
     for &r in &checked {
         let (tokens, got_of): (&[usize], &dyn Fn(usize) -> f32) = if r < 16 {
             (&[0, 4, 5, 6, 7], &|t| {

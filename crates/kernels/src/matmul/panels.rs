@@ -270,8 +270,16 @@ fn panel_batch<const N: usize>(
     let pbytes = p.panel_bytes(cols);
     // A task holds a slab of panels at once (at most `PANEL_SLAB_BYTES`) and
     // runs blocks of `PANEL_TOKEN_BLOCK` tokens over the whole slab, so the
-    // block's prepared activations stay in cache across its panels.
-    let slab = (PANEL_SLAB_BYTES / pbytes).clamp(1, chunk / PANEL_ROWS);
+    // block's prepared activations stay in cache across its panels. A type
+    // with a pair kernel takes an even number of panels, so that it pairs
+    // them all.
+    let slab = PANEL_SLAB_BYTES / pbytes;
+    let slab = if p.pair.is_some() {
+        (slab / 2 * 2).max(2)
+    } else {
+        slab
+    };
+    let slab = slab.clamp(1, chunk / PANEL_ROWS);
     let task_bytes = slab * source.buf_bytes();
     let token_block = (PANEL_ACT_BLOCK_BYTES / prow / PANEL_TOKENS * PANEL_TOKENS)
         .clamp(PANEL_TOKENS, PANEL_TOKEN_BLOCK);
@@ -304,59 +312,82 @@ fn panel_batch<const N: usize>(
         // SAFETY: `scratch.panels` holds `n_tasks` buffers of `task_bytes` (grown
         // above); task `task` alone uses buffer `task`, which starts at `at`.
         let buf = unsafe { std::slice::from_raw_parts_mut(at, task_bytes) };
-        let mut out = [0.0f32; PANEL_ROWS * PANEL_TOKENS];
+        // Room for a pair of panels' outputs.
+        let mut out = [0.0f32; 2 * PANEL_ROWS * PANEL_TOKENS];
         for s0 in (r0..r1).step_by(slab * PANEL_ROWS) {
             let s1 = (s0 + slab * PANEL_ROWS).min(r1);
-            let starts = (s0..s1).step_by(PANEL_ROWS);
             let slab_panels: &[u8] = source.panels(w, s0, s1, &mut *buf);
+            let n_panels = (s1 - s0).div_ceil(PANEL_ROWS);
             let mut prefetch = Prefetch::new(ahead(s1), calls_per_slab);
             for b0 in (0..padded).step_by(token_block) {
                 let b1 = (b0 + token_block).min(padded);
-                for (r, panel) in starts.clone().zip(slab_panels.chunks_exact(pbytes)) {
-                    let re = (r + PANEL_ROWS).min(s1);
+                let mut j = 0;
+                while j < n_panels {
+                    // Two panels at once where the type has a pair kernel.
+                    let pair = p.pair.filter(|_| j + 1 < n_panels);
+                    let count = if pair.is_some() { 2 } else { 1 };
+                    let panels = &slab_panels[j * pbytes..(j + count) * pbytes];
+                    let r = s0 + j * PANEL_ROWS;
                     let mut t = b0;
                     while t < b1 {
-                        let (n, f) = if t + PANEL_TOKENS <= b1 {
-                            (PANEL_TOKENS, p.wide)
+                        let n = if t + PANEL_TOKENS <= b1 {
+                            PANEL_TOKENS
                         } else {
-                            (PANEL_TOKENS / 2, p.narrow)
+                            PANEL_TOKENS / 2
                         };
                         // The tile's output lines, fetched while it computes: a
                         // store that misses waits for its line, and outputs too
                         // large for the caches (every token's logits) would
                         // make every store wait.
-                        for c in 0..n.min(tokens - t) {
-                            prefetch_line(outs[m].0.wrapping_add((t + c) * rows + r).cast());
-                        }
-                        f(
-                            cols,
-                            panel,
-                            &prepared[t * prow..(t + n) * prow],
-                            &mut out[..PANEL_ROWS * n],
-                        );
-                        prefetch.step();
-                        for c in 0..n.min(tokens - t) {
-                            // A whole panel's row of outputs is one fixed-size copy (a
-                            // vector store rather than a `memcpy` call).
-                            let v = &out[PANEL_ROWS * c..PANEL_ROWS * (c + 1)];
-                            let dst = outs[m].0.wrapping_add((t + c) * rows + r);
-                            if re - r == PANEL_ROWS {
-                                let v: &[f32; PANEL_ROWS] = v.try_into().unwrap();
-                                // SAFETY: as below, for a whole panel of rows.
-                                unsafe { dst.cast::<[f32; PANEL_ROWS]>().write_unaligned(*v) };
-                                continue;
+                        for h in 0..count {
+                            for c in 0..n.min(tokens - t) {
+                                let at = (t + c) * rows + r + h * PANEL_ROWS;
+                                prefetch_line(outs[m].0.wrapping_add(at).cast());
                             }
-                            let v = &v[..re - r];
-                            // SAFETY: token `t + c < tokens` and rows `r..re` inside
-                            // `r0..r1`, so the run lies in `ys[m]` (`tokens * rows`
-                            // values, checked by `check_shapes`); each task owns its
-                            // rows of one matrix for every token, so no two tasks write
-                            // the same element, and `ys` was a set of distinct `&mut`
-                            // slices.
-                            unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), dst, v.len()) }
+                        }
+                        let acts = &prepared[t * prow..(t + n) * prow];
+                        match pair {
+                            Some(f) if n == PANEL_TOKENS => {
+                                f(cols, panels, acts, &mut out[..2 * PANEL_ROWS * n])
+                            }
+                            _ => {
+                                let f = if n == PANEL_TOKENS { p.wide } else { p.narrow };
+                                for (panel, out) in panels
+                                    .chunks_exact(pbytes)
+                                    .zip(out.chunks_exact_mut(PANEL_ROWS * n))
+                                {
+                                    f(cols, panel, acts, out);
+                                }
+                            }
+                        }
+                        for (h, out) in out.chunks_exact(PANEL_ROWS * n).take(count).enumerate() {
+                            prefetch.step();
+                            let r = r + h * PANEL_ROWS;
+                            let re = (r + PANEL_ROWS).min(s1);
+                            for c in 0..n.min(tokens - t) {
+                                // A whole panel's row of outputs is one fixed-size copy
+                                // (a vector store rather than a `memcpy` call).
+                                let v = &out[PANEL_ROWS * c..PANEL_ROWS * (c + 1)];
+                                let dst = outs[m].0.wrapping_add((t + c) * rows + r);
+                                if re - r == PANEL_ROWS {
+                                    let v: &[f32; PANEL_ROWS] = v.try_into().unwrap();
+                                    // SAFETY: as below, for a whole panel of rows.
+                                    unsafe { dst.cast::<[f32; PANEL_ROWS]>().write_unaligned(*v) };
+                                    continue;
+                                }
+                                let v = &v[..re - r];
+                                // SAFETY: token `t + c < tokens` and rows `r..re` inside
+                                // `r0..r1`, so the run lies in `ys[m]` (`tokens * rows`
+                                // values, checked by `check_shapes`); each task owns its
+                                // rows of one matrix for every token, so no two tasks
+                                // write the same element, and `ys` was a set of distinct
+                                // `&mut` slices.
+                                unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), dst, v.len()) }
+                            }
                         }
                         t += n;
                     }
+                    j += count;
                 }
             }
         }

@@ -157,6 +157,7 @@ mod tests {
             quantize_prepared: None,
             wide: no_panel,
             narrow: no_panel,
+            pair: None,
             block_bytes: 576,
             act_block_bytes: 40,
             block_values: 32,
@@ -172,6 +173,7 @@ mod tests {
             single_reads_quantized: false,
             wide: no_panel,
             narrow: no_panel,
+            pair: None,
             block_bytes: 352,
             unpack: unpack.then_some(other_unpack as crate::panel::UnpackFn),
         }

@@ -160,3 +160,12 @@ kernel_fns! { panels avx512;
         => panel8_stored_q6_k, panel4_stored_q6_k
         = |nb, panel, acts, arow, out| q6_k_panel::<T, true>(nb, panel, acts, arow, out, crate::prefetch::batch_ahead());
 }
+
+kernel_fns! { pairs avx512;
+    "Q4_K", 256, crate::panel::Q4_K_BLOCK, crate::panel::Q4_K_ACT => panel8_pair_q4_k
+        = |nb, panels, acts, arow, out| q4_k_pair::<T, false>(nb, panels, acts, arow, out);
+    "stored Q4_K", 256, crate::panel::STORED_Q4_K_BLOCK, crate::panel::Q4_K_ACT => panel8_pair_stored_q4_k
+        = |nb, panels, acts, arow, out| q4_k_pair::<T, true>(nb, panels, acts, arow, out);
+    "Q6_K", 256, crate::panel::Q6_K_BLOCK, crate::panel::Q6_K_ACT => panel8_pair_q6_k
+        = |nb, panels, acts, arow, out| q6_k_pair::<T>(nb, panels, acts, arow, out);
+}

@@ -113,6 +113,33 @@ pub(super) unsafe fn q4_k_panel_ahead<const T: usize, const STORED: bool>(
                 acc[t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s[t]), acc[t]);
             }
         }
+        let accm = q4_k_min_sums::<T, STORED>(nb, panel, acts, arow);
+        for t in 0..T {
+            _mm512_storeu_ps(out.add(16 * t), _mm512_sub_ps(acc[t], accm[t]));
+        }
+    }
+}
+
+/// The mins' chain of a Q4_K panel (or stored) against `T` prepared rows:
+/// per super-block `accm = fma(dmin_w·d_a, Σ_s min_s · Σa_s, accm)`.
+#[inline(always)]
+unsafe fn q4_k_min_sums<const T: usize, const STORED: bool>(
+    nb: usize,
+    panel: *const u8,
+    acts: *const u8,
+    arow: usize,
+) -> [__m512; T] {
+    // SAFETY: as for [`q4_k_panel`].
+    unsafe {
+        use crate::panel::{Q4_K_ACT, Q4_K_BLOCK, STORED_Q4_K_BLOCK};
+        let block = if STORED {
+            STORED_Q4_K_BLOCK
+        } else {
+            Q4_K_BLOCK
+        };
+        let ys = |i: usize| -> [*const u8; T] {
+            std::array::from_fn(|t| acts.add(t * arow + i * Q4_K_ACT))
+        };
         let mut accm = [_mm512_setzero_ps(); T];
         for i in 0..nb {
             let p = panel.add(i * block);
@@ -143,8 +170,99 @@ pub(super) unsafe fn q4_k_panel_ahead<const T: usize, const STORED: bool>(
                 accm[t] = _mm512_fmadd_ps(dm, _mm512_cvtepi32_ps(m), accm[t]);
             }
         }
-        for t in 0..T {
-            _mm512_storeu_ps(out.add(16 * t), _mm512_sub_ps(acc[t], accm[t]));
+        accm
+    }
+}
+
+/// A Q4_K panel pair (`panels`: two panels, or stored panels, of `nb`
+/// super-blocks back to back) against `T` prepared rows: [`q4_k_panel`]'s
+/// sums for both, each broadcast of four activation bytes feeding both
+/// panels' `vpdpbusd`, so the loads per product halve. One chain per panel,
+/// token and sub-block (the sums are exact integers, so their order leaves
+/// every bit as the single panel's); the float steps are [`q4_k_panel`]'s.
+/// Writes the first panel's `16·T` outputs, then the second's.
+// The sub-block index also places the quants and activations.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+pub(super) unsafe fn q4_k_pair<const T: usize, const STORED: bool>(
+    nb: usize,
+    panels: *const u8,
+    acts: *const u8,
+    arow: usize,
+    out: *mut f32,
+) {
+    // SAFETY: as for [`q4_k_panel`], with two Q4_K panels (or stored).
+    unsafe {
+        use crate::panel::{Q4_K_ACT, Q4_K_BLOCK, STORED_Q4_K_BLOCK};
+        let block = if STORED {
+            STORED_Q4_K_BLOCK
+        } else {
+            Q4_K_BLOCK
+        };
+        let pb = panels.add(nb * block);
+        let low = _mm512_set1_epi8(0x0F);
+        let mut acc = [[_mm512_setzero_ps(); T]; 2];
+        for i in 0..nb {
+            let p = [panels.add(i * block), pb.add(i * block)];
+            let ys: [*const u8; T] = std::array::from_fn(|t| acts.add(t * arow + i * Q4_K_ACT));
+            // The sub-blocks' scales, one row per lane.
+            let mut scales = [[_mm512_setzero_si512(); 8]; 2];
+            for (h, scales) in scales.iter_mut().enumerate() {
+                if STORED {
+                    let meta = stored_q4_k_meta(p[h]);
+                    for (sb, sc) in scales.iter_mut().enumerate() {
+                        *sc = q4_k_scale(&meta, sb);
+                    }
+                } else {
+                    for (sb, sc) in scales.iter_mut().enumerate() {
+                        *sc = load512(p[h].add(4096 + 64 * sb));
+                    }
+                }
+            }
+            let mut s = [[_mm512_setzero_si512(); T]; 2];
+            for sb in 0..8 {
+                let mut c = [[_mm512_setzero_si512(); T]; 2];
+                for k in 0..8 {
+                    let w: [__m512i; 2] = std::array::from_fn(|h| {
+                        if !STORED {
+                            load512(p[h].add(512 * sb + 64 * k))
+                        } else if sb % 2 == 0 {
+                            _mm512_and_si512(load512(p[h].add(512 * (sb / 2) + 64 * k)), low)
+                        } else {
+                            let packed = load512(p[h].add(512 * (sb / 2) + 64 * k));
+                            _mm512_and_si512(_mm512_srli_epi16::<4>(packed), low)
+                        }
+                    });
+                    for t in 0..T {
+                        let y = bcast(ys[t].add(4 + 32 * sb + 4 * k));
+                        c[0][t] = _mm512_dpbusd_epi32(c[0][t], w[0], y);
+                        c[1][t] = _mm512_dpbusd_epi32(c[1][t], w[1], y);
+                    }
+                }
+                for h in 0..2 {
+                    for t in 0..T {
+                        let scaled = _mm512_mullo_epi32(c[h][t], scales[h][sb]);
+                        s[h][t] = _mm512_add_epi32(s[h][t], scaled);
+                    }
+                }
+            }
+            for h in 0..2 {
+                let dw = if STORED {
+                    load16_f16(p[h].add(2240))
+                } else {
+                    _mm512_loadu_ps(p[h].add(4864).cast())
+                };
+                for t in 0..T {
+                    let d = _mm512_mul_ps(dw, _mm512_set1_ps(f32_at(ys[t])));
+                    acc[h][t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s[h][t]), acc[h][t]);
+                }
+            }
+        }
+        for (h, p) in [panels, pb].into_iter().enumerate() {
+            let accm = q4_k_min_sums::<T, STORED>(nb, p, acts, arow);
+            for t in 0..T {
+                _mm512_storeu_ps(out.add(16 * (T * h + t)), _mm512_sub_ps(acc[h][t], accm[t]));
+            }
         }
     }
 }
@@ -280,6 +398,64 @@ pub(super) unsafe fn q6_k_panel<const T: usize, const STORED: bool>(
         }
         for (t, &acc) in acc.iter().enumerate() {
             _mm512_storeu_ps(out.add(16 * t), acc);
+        }
+    }
+}
+
+/// A Q6_K panel pair (`panels`: two panels of `nb` super-blocks back to
+/// back) against `T` prepared rows: [`q6_k_panel`]'s sums for both, each
+/// broadcast of four activation bytes feeding both panels' `vpdpbusd` (see
+/// [`q4_k_pair`]). Writes the first panel's `16·T` outputs, then the
+/// second's.
+#[inline(always)]
+pub(super) unsafe fn q6_k_pair<const T: usize>(
+    nb: usize,
+    panels: *const u8,
+    acts: *const u8,
+    arow: usize,
+    out: *mut f32,
+) {
+    // SAFETY: as for [`q6_k_panel`], with two Q6_K panels.
+    unsafe {
+        use crate::panel::{Q6_K_ACT, Q6_K_BLOCK};
+        let pb = panels.add(nb * Q6_K_BLOCK);
+        let mut acc = [[_mm512_setzero_ps(); T]; 2];
+        for i in 0..nb {
+            let p = [panels.add(i * Q6_K_BLOCK), pb.add(i * Q6_K_BLOCK)];
+            let ys: [*const u8; T] = std::array::from_fn(|t| acts.add(t * arow + i * Q6_K_ACT));
+            let mut s = [[load512(p[0].add(5120)); T], [load512(p[1].add(5120)); T]];
+            for sb in 0..16 {
+                let mut c = [[_mm512_setzero_si512(); T]; 2];
+                for k in 0..4 {
+                    let w = [
+                        load512(p[0].add(256 * sb + 64 * k)),
+                        load512(p[1].add(256 * sb + 64 * k)),
+                    ];
+                    for t in 0..T {
+                        let y = bcast(ys[t].add(4 + 16 * sb + 4 * k));
+                        c[0][t] = _mm512_dpbusd_epi32(c[0][t], y, w[0]);
+                        c[1][t] = _mm512_dpbusd_epi32(c[1][t], y, w[1]);
+                    }
+                }
+                for h in 0..2 {
+                    let sc = load512(p[h].add(4096 + 64 * sb));
+                    for t in 0..T {
+                        s[h][t] = _mm512_add_epi32(s[h][t], _mm512_mullo_epi32(c[h][t], sc));
+                    }
+                }
+            }
+            for h in 0..2 {
+                let dw = _mm512_loadu_ps(p[h].add(5184).cast());
+                for t in 0..T {
+                    let d = _mm512_mul_ps(dw, _mm512_set1_ps(f32_at(ys[t])));
+                    acc[h][t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s[h][t]), acc[h][t]);
+                }
+            }
+        }
+        for (h, acc) in acc.iter().enumerate() {
+            for (t, &acc) in acc.iter().enumerate() {
+                _mm512_storeu_ps(out.add(16 * (T * h + t)), acc);
+            }
         }
     }
 }

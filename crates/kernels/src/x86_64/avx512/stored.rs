@@ -123,45 +123,6 @@ target_fns! { avx512:
     }
 }
 
-#[inline(always)]
-unsafe fn unpack_stored_q4_k_body(nb: usize, panel: *const u8, out: *mut u8) {
-    use crate::panel::{Q4_K_BLOCK, STORED_Q4_K_BLOCK};
-    // SAFETY: `nb` stored super-blocks in and `nb` panel super-blocks out (the
-    // wrapper's checks); the features are enabled.
-    unsafe {
-        let low = _mm512_set1_epi8(0x0F);
-        for i in 0..nb {
-            let p = panel.add(i * STORED_Q4_K_BLOCK);
-            let dst = out.add(i * Q4_K_BLOCK);
-            for j in 0..4 {
-                for k in 0..8 {
-                    let packed = load512(p.add(512 * j + 64 * k));
-                    let lo = _mm512_and_si512(packed, low);
-                    let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(packed), low);
-                    _mm512_storeu_si512(dst.add(1024 * j + 64 * k).cast(), lo);
-                    _mm512_storeu_si512(dst.add(1024 * j + 512 + 64 * k).cast(), hi);
-                }
-            }
-            let meta = stored_q4_k_meta(p);
-            for sb in 0..8 {
-                _mm512_storeu_si512(dst.add(4096 + 64 * sb).cast(), q4_k_scale(&meta, sb));
-            }
-            for q in 0..4 {
-                _mm512_storeu_si512(dst.add(4608 + 64 * q).cast(), q4_k_min_pair(&meta, q));
-            }
-            _mm512_storeu_ps(dst.add(4864).cast(), load16_f16(p.add(2240)));
-            _mm512_storeu_ps(dst.add(4928).cast(), load16_f16(p.add(2272)));
-        }
-    }
-}
-
-target_fns! { avx512:
-    unsafe fn k_unpack_stored_q4_k(nb: usize, panel: *const u8, out: *mut u8) {
-        // SAFETY: forwarded from the caller's contract.
-        unsafe { unpack_stored_q4_k_body(nb, panel, out) }
-    }
-}
-
 /// A stored type's sizes, for the checked entry points below.
 struct StoredShape {
     ty: &'static str,
@@ -295,9 +256,6 @@ pub(crate) fn stored_single_q6_k(cols: usize, panels: &[u8], act: &[u8], out: &m
 /// rows unpacked).
 pub(crate) fn unpack_stored_q5_0(cols: usize, panel: &[u8], out: &mut [u8]) {
     unpack_stored_call(&SHAPE_Q5_0, k_unpack_stored_q5_0, cols, panel, out)
-}
-pub(crate) fn unpack_stored_q4_k(cols: usize, panel: &[u8], out: &mut [u8]) {
-    unpack_stored_call(&SHAPE_Q4_K, k_unpack_stored_q4_k, cols, panel, out)
 }
 pub(crate) fn unpack_stored_q6_k(cols: usize, panel: &[u8], out: &mut [u8]) {
     unpack_stored_call(&SHAPE_Q6_K, k_unpack_stored_q6_k, cols, panel, out)
