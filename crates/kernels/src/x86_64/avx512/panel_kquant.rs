@@ -19,6 +19,22 @@ pub(super) unsafe fn scale_add(s: __m512i, x: __m512i, scale: __m512i) -> __m512
     }
 }
 
+/// Bytes of one Q4_K panel super-block: stored, or unpacked.
+const fn q4_k_block_bytes<const STORED: bool>() -> usize {
+    if STORED {
+        crate::panel::STORED_Q4_K_BLOCK
+    } else {
+        crate::panel::Q4_K_BLOCK
+    }
+}
+
+/// The `T` prepared rows' (`arow` bytes apart) super-block `i`.
+#[inline(always)]
+unsafe fn q4_k_rows<const T: usize>(acts: *const u8, arow: usize, i: usize) -> [*const u8; T] {
+    // SAFETY: the callers pass `T` prepared rows of at least `i + 1` super-blocks.
+    std::array::from_fn(|t| unsafe { acts.add(t * arow + i * crate::panel::Q4_K_ACT) })
+}
+
 /// A Q4_K panel against `T` prepared rows: per super-block the exact
 /// `Σ_s scale_s · Σ q·a` per lane (each sub-block's sum in two chains of 16
 /// products, added and multiplied by its scale with `vpmulld`, which leaves
@@ -53,15 +69,8 @@ pub(super) unsafe fn q4_k_panel_ahead<const T: usize, const STORED: bool>(
     // SAFETY: as for [`legacy_panel`], with Q4_K panel (or stored) and
     // prepared blocks.
     unsafe {
-        use crate::panel::{Q4_K_ACT, Q4_K_BLOCK, STORED_Q4_K_BLOCK};
-        let block = if STORED {
-            STORED_Q4_K_BLOCK
-        } else {
-            Q4_K_BLOCK
-        };
-        let ys = |i: usize| -> [*const u8; T] {
-            std::array::from_fn(|t| acts.add(t * arow + i * Q4_K_ACT))
-        };
+        let block = q4_k_block_bytes::<STORED>();
+        let ys = |i: usize| q4_k_rows::<T>(acts, arow, i);
         let low = _mm512_set1_epi8(0x0F);
         let mut acc = [_mm512_setzero_ps(); T];
         for i in 0..nb {
@@ -131,15 +140,8 @@ unsafe fn q4_k_min_sums<const T: usize, const STORED: bool>(
 ) -> [__m512; T] {
     // SAFETY: as for [`q4_k_panel`].
     unsafe {
-        use crate::panel::{Q4_K_ACT, Q4_K_BLOCK, STORED_Q4_K_BLOCK};
-        let block = if STORED {
-            STORED_Q4_K_BLOCK
-        } else {
-            Q4_K_BLOCK
-        };
-        let ys = |i: usize| -> [*const u8; T] {
-            std::array::from_fn(|t| acts.add(t * arow + i * Q4_K_ACT))
-        };
+        let block = q4_k_block_bytes::<STORED>();
+        let ys = |i: usize| q4_k_rows::<T>(acts, arow, i);
         let mut accm = [_mm512_setzero_ps(); T];
         for i in 0..nb {
             let p = panel.add(i * block);
@@ -193,18 +195,13 @@ pub(super) unsafe fn q4_k_pair<const T: usize, const STORED: bool>(
 ) {
     // SAFETY: as for [`q4_k_panel`], with two Q4_K panels (or stored).
     unsafe {
-        use crate::panel::{Q4_K_ACT, Q4_K_BLOCK, STORED_Q4_K_BLOCK};
-        let block = if STORED {
-            STORED_Q4_K_BLOCK
-        } else {
-            Q4_K_BLOCK
-        };
+        let block = q4_k_block_bytes::<STORED>();
         let pb = panels.add(nb * block);
         let low = _mm512_set1_epi8(0x0F);
         let mut acc = [[_mm512_setzero_ps(); T]; 2];
         for i in 0..nb {
             let p = [panels.add(i * block), pb.add(i * block)];
-            let ys: [*const u8; T] = std::array::from_fn(|t| acts.add(t * arow + i * Q4_K_ACT));
+            let ys = q4_k_rows::<T>(acts, arow, i);
             // The sub-blocks' scales, one row per lane.
             let mut scales = [[_mm512_setzero_si512(); 8]; 2];
             for (h, scales) in scales.iter_mut().enumerate() {
