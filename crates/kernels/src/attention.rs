@@ -148,7 +148,7 @@ fn row_kernel(isa: Isa, head_dim: usize) -> AttendFn {
 pub(crate) type AttendTileFn = fn(&[RowArgs<'_>], &mut [&mut [f32]]);
 
 /// Most queries a tile kernel takes.
-const MAX_TILE: usize = 4;
+const MAX_TILE: usize = 8;
 
 /// An ISA's tile kernel, and how many queries of `n` heads it takes (1: no
 /// tile for such queries).

@@ -217,7 +217,7 @@ fn miri_avx512_attention_matches_naive() {
         return;
     }
     let n = 37;
-    for (nh, hd) in [(1usize, 16usize), (4, 32), (3, 16), (2, 48)] {
+    for (nh, hd) in [(1usize, 16usize), (4, 32), (3, 16), (2, 48), (1, 80)] {
         let shape = AttnShape {
             n_head: nh,
             n_head_kv: 1,
@@ -407,12 +407,16 @@ type KeysFn<'a> = dyn Fn(usize) -> Range<usize> + Sync + 'a;
 /// where the ISA has them (sharing the key blocks they all attend): each
 /// query's rows are the bits it gets alone, for groups of one to seven
 /// heads (tiled groups of one and two, untiled ones, groups split four
-/// and three), f32 and f16 rows, soft-capped or not; queries that start
-/// apart (a sliding window, packed sequences) are not tiled.
+/// and three), heads of one to eight 16-value chunks (value passes of
+/// equal and unequal widths), f32 and f16 rows, soft-capped or not;
+/// queries that start apart (a sliding window, packed sequences) are not
+/// tiled.
 #[test]
 fn prompt_tiles_give_each_query_its_bits_alone() {
     for (n_head, hd, softcap) in [
         (1, 64, None),
+        (1, 96, None),
+        (1, 80, Some(0.5)),
         (2, 32, Some(0.5)),
         (3, 48, None),
         (4, 64, None),

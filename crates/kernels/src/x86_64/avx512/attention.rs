@@ -146,7 +146,8 @@ pub(super) unsafe fn zero_rows<const R: usize>(out: [*mut f32; R], hd: usize) {
 /// `KEY_BLOCK` from `start`, for `R` heads whose running maxima and sums
 /// are `max` and `sum` and whose unnormalized outputs are at `out[r]`.
 /// Scores take two keys per vector, eight keys per pass (sixteen for a
-/// lone head, to keep eight FMA chains in flight), each key's FMA chain
+/// lone head, four for three or more heads, taken four heads at a time:
+/// eight or more FMA chains in flight, none spilled), each key's FMA chain
 /// and addition tree AVX2's, and the keys past the last whole eight AVX2's
 /// single-key path; the block's softmax is AVX2's; the value rows are
 /// accumulated into up to four 16-value chunks of every head at a time,
@@ -215,6 +216,18 @@ pub(super) unsafe fn attend16_blocks<const R: usize, const ESIZE: usize>(
                 if R == 1 && j + 16 <= n {
                     score_pairs::<R, 8, ESIZE>(&qd, hd, key, j, scale, loads.key8, &mut s);
                     j += 16;
+                } else if R > 4 && R.is_multiple_of(4) {
+                    for r0 in (0..R).step_by(4) {
+                        let qs: &[_; 4] = qd[r0..r0 + 4].try_into().unwrap();
+                        let ss: &mut [_; 4] = (&mut s[r0..r0 + 4]).try_into().unwrap();
+                        score_pairs::<4, 2, ESIZE>(qs, hd, &key, j, scale, loads.key8, ss);
+                        score_pairs::<4, 2, ESIZE>(qs, hd, &key, j + 4, scale, loads.key8, ss);
+                    }
+                    j += 8;
+                } else if R >= 3 {
+                    score_pairs::<R, 2, ESIZE>(&qd, hd, key, j, scale, loads.key8, &mut s);
+                    score_pairs::<R, 2, ESIZE>(&qd, hd, key, j + 4, scale, loads.key8, &mut s);
+                    j += 8;
                 } else {
                     score_pairs::<R, 4, ESIZE>(&qd, hd, key, j, scale, loads.key8, &mut s);
                     j += 8;
@@ -225,41 +238,68 @@ pub(super) unsafe fn attend16_blocks<const R: usize, const ESIZE: usize>(
                 j += 1;
             }
             softmax_block(&mut s, n, softcap, max, sum, &mut p, out, hd);
-            // Values: up to four 16-value chunks of all R outputs in registers
-            // while the block's value rows stream past.
+            // Values: a few 16-value chunks of all R outputs in registers
+            // while the block's value rows stream past, in passes of equal
+            // width (up to four chunks, 24 sums) so that each pass's loop
+            // is unrolled and none of its sums spills.
+            let passes = chunks.div_ceil((24 / R).clamp(1, 4));
+            let width = chunks.div_ceil(passes.max(1));
             let mut c = 0;
             while c < chunks {
-                let w = (chunks - c).min(4);
-                let mut acc = [[_mm512_setzero_ps(); 4]; R];
-                for r in 0..R {
-                    for i in 0..w {
-                        acc[r][i] = _mm512_loadu_ps(out[r].add(16 * (c + i)));
-                    }
+                let vrows = v.add(j0 * row + 16 * c * ESIZE);
+                let outs = out.map(|o| o.add(16 * c));
+                match (chunks - c).min(width) {
+                    4 => value_chunks::<R, 4, ESIZE>(vrows, row, n, &p, outs, loads),
+                    3 => value_chunks::<R, 3, ESIZE>(vrows, row, n, &p, outs, loads),
+                    2 => value_chunks::<R, 2, ESIZE>(vrows, row, n, &p, outs, loads),
+                    _ => value_chunks::<R, 1, ESIZE>(vrows, row, n, &p, outs, loads),
                 }
-                for jj in 0..n {
-                    let vrow = v.add((j0 + jj) * row + 16 * c * ESIZE);
-                    let vv: [__m512; 4] = std::array::from_fn(|i| {
-                        if i < w {
-                            (loads.value16)(vrow.add(16 * i * ESIZE))
-                        } else {
-                            _mm512_setzero_ps()
-                        }
-                    });
-                    for r in 0..R {
-                        let pj = _mm512_set1_ps(p[r][jj]);
-                        for i in 0..w {
-                            acc[r][i] = _mm512_fmadd_ps(pj, vv[i], acc[r][i]);
-                        }
-                    }
-                }
-                for r in 0..R {
-                    for i in 0..w {
-                        _mm512_storeu_ps(out[r].add(16 * (c + i)), acc[r][i]);
-                    }
-                }
-                c += w;
+                c += (chunks - c).min(width);
             }
             j0 += n;
+        }
+    }
+}
+
+/// `W` 16-value chunks at each `out[r]` += `Σ_j p[r][j] · v_j` over the
+/// block's `n` value rows (row `j`'s chunks at `v + j·row`), each value in
+/// key order.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)]
+unsafe fn value_chunks<const R: usize, const W: usize, const ESIZE: usize>(
+    v: *const u8,
+    row: usize,
+    n: usize,
+    p: &[[f32; KEY_BLOCK]; R],
+    out: [*mut f32; R],
+    loads: RowLoads,
+) {
+    // SAFETY: the caller passes `n` value rows holding `W` chunks at `v`
+    // and `W` chunks at each `out[r]`; AVX-512F is enabled in every caller.
+    unsafe {
+        let mut acc = [[_mm512_setzero_ps(); W]; R];
+        for r in 0..R {
+            for i in 0..W {
+                acc[r][i] = _mm512_loadu_ps(out[r].add(16 * i));
+            }
+        }
+        for j in 0..n {
+            let vrow = v.add(j * row);
+            let mut vv = [_mm512_setzero_ps(); W];
+            for i in 0..W {
+                vv[i] = (loads.value16)(vrow.add(16 * i * ESIZE));
+            }
+            for r in 0..R {
+                let pj = _mm512_set1_ps(p[r][j]);
+                for i in 0..W {
+                    acc[r][i] = _mm512_fmadd_ps(pj, vv[i], acc[r][i]);
+                }
+            }
+        }
+        for r in 0..R {
+            for i in 0..W {
+                _mm512_storeu_ps(out[r].add(16 * i), acc[r][i]);
+            }
         }
     }
 }

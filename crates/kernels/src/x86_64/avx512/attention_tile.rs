@@ -8,14 +8,15 @@ use super::*;
 use crate::attention::{KEY_BLOCK, RowArgs};
 use crate::x86_64::avx2::normalize;
 
-/// Queries a tile of `heads` heads each takes: four heads in all, the
-/// shape whose score and value loops keep every head's sums in registers;
-/// one (no tile) for groups of three or four, which share each key row
-/// among their own heads already.
+/// Queries a tile of `heads` heads each takes: eight heads in all, so
+/// each key and value row loaded feeds eight heads' FMAs (the score loop
+/// takes them four at a time, which keeps its sums in registers); one (no
+/// tile) for groups of three or four, which share each key row among their
+/// own heads already.
 pub(crate) const fn tile_queries(heads: usize) -> usize {
     match heads {
-        1 => 4,
-        2 => 2,
+        1 => 8,
+        2 => 4,
         _ => 1,
     }
 }
@@ -95,8 +96,8 @@ macro_rules! tile_fns {
 }
 
 tile_fns! {
-    TILE_F32: 4, LOADS_F32 => z_tile1_f32: 1 x 4 = 4, z_tile2_f32: 2 x 2 = 4;
-    TILE_F16: 2, LOADS_F16 => z_tile1_f16: 1 x 4 = 4, z_tile2_f16: 2 x 2 = 4;
+    TILE_F32: 4, LOADS_F32 => z_tile1_f32: 1 x 8 = 8, z_tile2_f32: 2 x 4 = 8;
+    TILE_F16: 2, LOADS_F16 => z_tile1_f16: 1 x 8 = 8, z_tile2_f16: 2 x 4 = 8;
 }
 
 /// Consecutive queries' rows of one kv head ([`crate::attention::AttendTileFn`]):
@@ -170,9 +171,9 @@ pub(crate) fn attend_tile(args: &[RowArgs<'_>], outs: &mut [&mut [f32]]) {
         }
         _ => unreachable!("`tiled` checked the row types"),
     };
-    let mut ends = [0usize; 4];
-    let mut q = [std::ptr::null::<f32>(); 4];
-    let mut out = [std::ptr::null_mut::<f32>(); 4];
+    let mut ends = [0usize; 8];
+    let mut q = [std::ptr::null::<f32>(); 8];
+    let mut out = [std::ptr::null_mut::<f32>(); 8];
     for (i, (a, o)) in args.iter().zip(outs.iter_mut()).enumerate() {
         ends[i] = a.keys.end;
         // Each head's rows from one pointer per query (a reborrow per head

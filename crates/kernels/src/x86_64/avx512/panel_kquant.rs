@@ -220,16 +220,17 @@ pub(super) unsafe fn q4_k_pair<const T: usize, const STORED: bool>(
             for sb in 0..8 {
                 let mut c = [[_mm512_setzero_si512(); T]; 2];
                 for k in 0..8 {
-                    let w: [__m512i; 2] = std::array::from_fn(|h| {
-                        if !STORED {
+                    let mut w = [_mm512_setzero_si512(); 2];
+                    for h in 0..2 {
+                        w[h] = if !STORED {
                             load512(p[h].add(512 * sb + 64 * k))
                         } else if sb % 2 == 0 {
                             _mm512_and_si512(load512(p[h].add(512 * (sb / 2) + 64 * k)), low)
                         } else {
                             let packed = load512(p[h].add(512 * (sb / 2) + 64 * k));
                             _mm512_and_si512(_mm512_srli_epi16::<4>(packed), low)
-                        }
-                    });
+                        };
+                    }
                     for t in 0..T {
                         let y = bcast(ys[t].add(4 + 32 * sb + 4 * k));
                         c[0][t] = _mm512_dpbusd_epi32(c[0][t], w[0], y);
