@@ -312,18 +312,14 @@ unsafe fn stored_single_q6_k_body(
                     let b = sums.as_ptr().add(16 * (i - c0));
                     let mut s = _mm512_setzero_si512();
                     for h in 0..2 {
-                        // Sub-block 8h + j's Σ q·a.
+                        // Sub-block 8h + j's Σ q·a: sub-blocks 8h + 2g (values
+                        // 128h + 32g..+16), then 8h + 2g + 1.
+                        let first = q6_k_single_sums(p, y, h, 0, ahead);
+                        let second = q6_k_single_sums(p, y, h, 1, ahead);
                         let mut a = [_mm512_setzero_si512(); 8];
-                        for k8 in 0..8 {
-                            // A sixteenth of the block, `ahead` further on.
-                            let part = STORED_Q6_K_BLOCK / 16;
-                            stream_ahead(p.add(part * (8 * h + k8)), ahead, part);
-                            for (g, w) in q6_k_quants(p, h, k8).into_iter().enumerate() {
-                                // Values 128h + 32g + 4·k8..: quants 4 + that.
-                                let x = bcast(y.add(4 + 128 * h + 32 * g + 4 * k8));
-                                let j = 2 * g + k8 / 4;
-                                a[j] = _mm512_dpbusd_epi32(a[j], w, x);
-                            }
+                        for g in 0..4 {
+                            a[2 * g] = first[g];
+                            a[2 * g + 1] = second[g];
                         }
                         for m in 0..2 {
                             for (c, sc) in q6_k_scales(p, 2 * h + m).into_iter().enumerate() {
@@ -340,6 +336,36 @@ unsafe fn stored_single_q6_k_body(
                 _mm512_storeu_ps(out.add(16 * panel), acc);
             }
         }
+    }
+}
+
+/// The exact `Σ q·a` of sub-blocks `8h + 2g + half` (g in 0..4) of the
+/// stored Q6_K super-block at `p`, against the Q8_K block `y`: dwords
+/// `4·half..4·half + 4` of each, in four chains kept in registers (the
+/// sub-block index of `k8 / 4` made constant, so no chain goes through
+/// memory), each sixteenth of the block prefetched `ahead` further on.
+#[inline(always)]
+unsafe fn q6_k_single_sums(
+    p: *const u8,
+    y: *const u8,
+    h: usize,
+    half: usize,
+    ahead: usize,
+) -> [__m512i; 4] {
+    // SAFETY: a whole stored super-block and Q8_K block (the caller's
+    // contract); AVX-512F/BW + VNNI are enabled in the callers.
+    unsafe {
+        let part = crate::panel::STORED_Q6_K_BLOCK / 16;
+        let mut a = [_mm512_setzero_si512(); 4];
+        for k8 in 4 * half..4 * half + 4 {
+            stream_ahead(p.add(part * (8 * h + k8)), ahead, part);
+            for (g, w) in q6_k_quants(p, h, k8).into_iter().enumerate() {
+                // Values 128h + 32g + 4·k8..: quants 4 + that.
+                let x = bcast(y.add(4 + 128 * h + 32 * g + 4 * k8));
+                a[g] = _mm512_dpbusd_epi32(a[g], w, x);
+            }
+        }
+        a
     }
 }
 
