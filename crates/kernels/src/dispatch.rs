@@ -22,7 +22,10 @@ pub type VecDotRows8Fn = fn(n: usize, w: &[u8], a: &[u8]) -> [f32; 8];
 /// back to back) against [`F32Tile::tokens`] activation rows (`a`, back to
 /// back); `out[t · rows + r]` (`out` holds exactly `rows · tokens` values)
 /// is row `r` against token `t`, with [`TypeKernels::vec_dot`]'s bits.
-pub type F32TileFn = fn(n: usize, w: &[u8], a: &[u8], out: &mut [f32]);
+/// As it reads its rows the tile hints the bytes `ahead` further on into
+/// the cache (0: none), so a tile streaming its rows from memory overlaps
+/// the next rows' fetch with its arithmetic.
+pub type F32TileFn = fn(n: usize, w: &[u8], a: &[u8], out: &mut [f32], ahead: usize);
 /// Most outputs of an [`F32Tile`]: a caller's buffer for any ISA's tile.
 pub const F32_TILE_MAX: usize = 64;
 

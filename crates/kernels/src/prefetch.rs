@@ -8,7 +8,9 @@
 //! the others (each the best distance measured on that vendor's cores).
 //! The kernels that take a few tokens at once do several times that work
 //! per byte: they prefetch [`BATCH_AHEAD`] bytes ahead on every CPU.
-//! `LAMINA_PREFETCH` (bytes, `0` for none) overrides both choices when
+//! The F32 tiles, which read float rows from memory once for a dozen
+//! tokens, prefetch [`F32_AHEAD`] bytes ahead.
+//! `LAMINA_PREFETCH` (bytes, `0` for none) overrides every choice when
 //! tuning a new machine. A prefetch never changes a result, only its speed.
 
 use crate::KernelError;
@@ -27,6 +29,10 @@ pub const AMD_AHEAD: usize = 6144;
 /// The default distance of the small-batch kernels over stored panels, on
 /// every CPU.
 pub const BATCH_AHEAD: usize = 6144;
+
+/// The default distance of the F32 tiles on every CPU: a row group's first
+/// tile streams its rows from memory while the rows this far on arrive.
+pub const F32_AHEAD: usize = 16384;
 
 /// The largest distance `LAMINA_PREFETCH` takes (1 MiB: far past any use).
 pub const MAX_AHEAD: usize = 1 << 20;
@@ -72,15 +78,29 @@ pub(crate) fn ahead() -> usize {
 pub(crate) fn batch_ahead() -> usize {
     static SELECTED: OnceLock<usize> = OnceLock::new();
     *SELECTED.get_or_init(|| {
-        resolve_batch(std::env::var("LAMINA_PREFETCH").ok().as_deref()).unwrap_or(0)
+        resolve_or(
+            std::env::var("LAMINA_PREFETCH").ok().as_deref(),
+            BATCH_AHEAD,
+        )
+        .unwrap_or(0)
     })
 }
 
-/// The batch kernels' distance a `LAMINA_PREFETCH` value asks for (`None`
-/// or empty: [`BATCH_AHEAD`]).
-fn resolve_batch(value: Option<&str>) -> Result<usize, KernelError> {
+/// [`ahead`] for the F32 tiles: `LAMINA_PREFETCH` where it is set, else
+/// [`F32_AHEAD`]; none where it was refused.
+#[inline]
+pub(crate) fn f32_ahead() -> usize {
+    static SELECTED: OnceLock<usize> = OnceLock::new();
+    *SELECTED.get_or_init(|| {
+        resolve_or(std::env::var("LAMINA_PREFETCH").ok().as_deref(), F32_AHEAD).unwrap_or(0)
+    })
+}
+
+/// The distance a `LAMINA_PREFETCH` value asks for of kernels whose
+/// default is the same on every CPU (`None` or empty: `default`).
+fn resolve_or(value: Option<&str>, default: usize) -> Result<usize, KernelError> {
     match value.map(str::trim).filter(|s| !s.is_empty()) {
-        None => Ok(BATCH_AHEAD),
+        None => Ok(default),
         Some(v) => resolve(Some(v)),
     }
 }
@@ -117,21 +137,33 @@ fn default_ahead() -> usize {
 pub(crate) fn stream_ahead(p: *const u8, ahead: usize, bytes: usize) {
     #[cfg(target_arch = "x86_64")]
     if ahead > 0 {
-        use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
         let start = p.wrapping_add(ahead);
         // From the line holding the first byte to the one holding the last.
         let first = start.wrapping_sub(start as usize % 64);
         let end = start.wrapping_add(bytes);
         let mut line = first;
         while line < end {
-            // SAFETY: a prefetch is a hint that never faults, whatever the
-            // address; SSE is part of x86-64.
-            unsafe { _mm_prefetch::<_MM_HINT_T1>(line.cast()) };
+            hint_l2(line);
             line = line.wrapping_add(64);
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (p, ahead, bytes);
+}
+
+/// Hints the line holding `p` into L2 (`prefetcht1`); nothing off x86-64.
+#[inline(always)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) fn hint_l2(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint that never faults, whatever the address;
+    // SSE is part of x86-64.
+    unsafe {
+        use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
+        _mm_prefetch::<_MM_HINT_T1>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 #[cfg(test)]
@@ -151,12 +183,14 @@ mod tests {
     }
 
     #[test]
-    fn batch_kernels_prefetch_by_default_unless_told_otherwise() {
-        assert_eq!(resolve_batch(None), Ok(BATCH_AHEAD));
-        assert_eq!(resolve_batch(Some(" ")), Ok(BATCH_AHEAD));
-        assert_eq!(resolve_batch(Some("0")), Ok(0));
-        assert_eq!(resolve_batch(Some("2048")), Ok(2048));
-        assert!(resolve_batch(Some("4k")).is_err());
+    fn batch_and_f32_kernels_prefetch_by_default_unless_told_otherwise() {
+        for default in [BATCH_AHEAD, F32_AHEAD] {
+            assert_eq!(resolve_or(None, default), Ok(default));
+            assert_eq!(resolve_or(Some(" "), default), Ok(default));
+            assert_eq!(resolve_or(Some("0"), default), Ok(0));
+            assert_eq!(resolve_or(Some("2048"), default), Ok(2048));
+            assert!(resolve_or(Some("4k"), default).is_err());
+        }
     }
 
     #[test]

@@ -18,11 +18,6 @@ const TOKEN_BLOCK_BYTES: usize = 96 << 10;
 /// token blocks.
 const TASK_BYTES: usize = 256 << 10;
 
-/// How many groups of rows ahead the first token block fetches.
-const PREFETCH_GROUPS: usize = 2;
-/// Bytes per cache line.
-const LINE: usize = 64;
-
 /// [`super::matmul_many`] for F32 weights in ggml's rows (shapes checked,
 /// one weight type, two tokens or more).
 pub(super) fn f32_tiles<const N: usize>(
@@ -75,6 +70,7 @@ pub(super) fn f32_tiles<const N: usize>(
     let mut ys = ys;
     let outs: [Out<f32>; N] = std::array::from_fn(|m| Out(ys[m].as_mut_ptr()));
     let outs = &outs;
+    let ahead = crate::prefetch::f32_ahead();
     pool.run(tasks.count(), &|task| {
         let (m, r0, r1) = tasks.locate(task);
         let (w, rows) = (wms[m].data, wms[m].rows);
@@ -92,21 +88,13 @@ pub(super) fn f32_tiles<const N: usize>(
             let b1 = (b0 + block).min(padded);
             for r in (r0..tiled).step_by(tr) {
                 let wr = &w[r * row_bytes..(r + tr) * row_bytes];
-                // The first block brings the rows in from memory: fetching the
-                // group `PREFETCH_GROUPS` ahead while this one computes overlaps
-                // the two, which the hardware prefetchers, seeing `tr` short
-                // streams at once, do not.
-                let ahead = match r + (PREFETCH_GROUPS + 1) * tr {
-                    end if b0 == 0 && end <= tiled => &w[(end - tr) * row_bytes..end * row_bytes],
-                    _ => &[],
-                };
-                let mut lines = ahead.chunks(LINE);
-                let per_tile = ahead.len().div_ceil(LINE).div_ceil((b1 - b0) / tt);
                 for t in (b0..b1).step_by(tt) {
-                    for line in lines.by_ref().take(per_tile) {
-                        super::prefetch_line(line.as_ptr());
-                    }
-                    tile(cols, wr, group(t), &mut v[..tr * tt]);
+                    // The first tile of the first block brings the rows in from
+                    // memory: hinting the rows `ahead` bytes on as it goes keeps
+                    // the stream going, which the hardware prefetchers, seeing
+                    // `tr` short streams at once, do not.
+                    let ahead = if t == 0 { ahead } else { 0 };
+                    tile(cols, wr, group(t), &mut v[..tr * tt], ahead);
                     for c in 0..tt.min(tokens - t) {
                         // SAFETY: as in `store`, for rows `r..r + tr` (inside `r0..r1`)
                         // of token `t + c < tokens`, which lie side by side; `v` is a

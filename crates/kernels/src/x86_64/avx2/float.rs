@@ -89,12 +89,24 @@ target_fns! { avx2:
     }
 }
 
+/// The tile; with `HINT`, each row's line `ahead` bytes on is hinted every
+/// sixteen values (a separate loop, so the plain one keeps its registers).
 #[inline(always)]
-unsafe fn f32_tile_body(n: usize, w: *const f32, a: *const f32) -> [f32; R * T] {
+unsafe fn f32_tile_body<const HINT: bool>(
+    n: usize,
+    w: *const f32,
+    a: *const f32,
+    ahead: usize,
+) -> [f32; R * T] {
     // SAFETY: `R` rows of `n` values back to back at `w`, `T` at `a`.
     unsafe {
         let mut acc = [[_mm256_setzero_ps(); T]; R];
         for i in (0..n / 8 * 8).step_by(8) {
+            if HINT && i % 16 == 0 {
+                for r in 0..R {
+                    hint_l2(w.add(r * n + i).cast::<u8>().wrapping_add(ahead));
+                }
+            }
             let x: [__m256; T] = std::array::from_fn(|t| _mm256_loadu_ps(a.add(t * n + i)));
             for (r, acc) in acc.iter_mut().enumerate() {
                 let wv = _mm256_loadu_ps(w.add(r * n + i));
@@ -120,9 +132,15 @@ unsafe fn f32_tile_body(n: usize, w: *const f32, a: *const f32) -> [f32; R * T] 
 }
 
 target_fns! { avx2:
-    unsafe fn k_f32_tile(n: usize, w: *const f32, a: *const f32) -> [f32; R * T] {
+    unsafe fn k_f32_tile(n: usize, w: *const f32, a: *const f32, ahead: usize) -> [f32; R * T] {
         // SAFETY: forwarded from the caller's contract.
-        unsafe { f32_tile_body(n, w, a) }
+        unsafe {
+            if ahead > 0 {
+                f32_tile_body::<true>(n, w, a, ahead)
+            } else {
+                f32_tile_body::<false>(n, w, a, 0)
+            }
+        }
     }
 }
 
@@ -176,12 +194,12 @@ pub(crate) fn vec_dot_rows8_f32(n: usize, w: &[u8], a: &[u8]) -> [f32; 8] {
 }
 
 /// `out[t · R + r]` is weight row `r`'s dot product with token `t`.
-fn f32_tile(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+fn f32_tile(n: usize, w: &[u8], a: &[u8], out: &mut [f32], ahead: usize) {
     let (w, a) = (
         f32_rows(n, R, w, "weights"),
         f32_rows(n, T, a, "activations"),
     );
     // SAFETY: `R` weight rows and `T` activation rows of `n` values (checked above);
     // reachable only after AVX2 detection.
-    out.copy_from_slice(&unsafe { k_f32_tile(n, w, a) });
+    out.copy_from_slice(&unsafe { k_f32_tile(n, w, a, ahead) });
 }

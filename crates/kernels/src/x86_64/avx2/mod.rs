@@ -18,6 +18,7 @@
 
 use super::common::*;
 use crate::GgmlType;
+use crate::prefetch::hint_l2;
 use crate::scalar::{k4_scales_mins, row_blocks};
 use core::arch::x86_64::*;
 use half::f16;

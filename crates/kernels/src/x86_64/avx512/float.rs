@@ -54,12 +54,25 @@ unsafe fn high(v: __m512) -> __m256 {
     unsafe { _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))) }
 }
 
+/// The tile; with `HINT`, each row's line `ahead` bytes on is hinted every
+/// sixteen values (a separate loop, so the plain one keeps its registers).
 #[inline(always)]
-unsafe fn f32_tile_body(n: usize, w: *const f32, a: *const f32, out: &mut [f32; R * T]) {
+unsafe fn f32_tile_body<const HINT: bool>(
+    n: usize,
+    w: *const f32,
+    a: *const f32,
+    out: &mut [f32; R * T],
+    ahead: usize,
+) {
     // SAFETY: `R` rows of `n` values back to back at `w`, `T` at `a`.
     unsafe {
         let mut acc = [[_mm512_setzero_ps(); P]; R];
         for i in (0..n / 8 * 8).step_by(8) {
+            if HINT && i % 16 == 0 {
+                for r in 0..R {
+                    hint_l2(w.add(r * n + i).cast::<u8>().wrapping_add(ahead));
+                }
+            }
             let x: [__m512; P] =
                 std::array::from_fn(|p| pair(a.add(2 * p * n + i), a.add((2 * p + 1) * n + i)));
             for (r, acc) in acc.iter_mut().enumerate() {
@@ -91,14 +104,26 @@ unsafe fn f32_tile_body(n: usize, w: *const f32, a: *const f32, out: &mut [f32; 
 }
 
 target_fns! { avx512:
-    unsafe fn k_f32_tile(n: usize, w: *const f32, a: *const f32, out: &mut [f32; R * T]) {
+    unsafe fn k_f32_tile(
+        n: usize,
+        w: *const f32,
+        a: *const f32,
+        out: &mut [f32; R * T],
+        ahead: usize,
+    ) {
         // SAFETY: forwarded from the caller's contract.
-        unsafe { f32_tile_body(n, w, a, out) }
+        unsafe {
+            if ahead > 0 {
+                f32_tile_body::<true>(n, w, a, out, ahead)
+            } else {
+                f32_tile_body::<false>(n, w, a, out, 0)
+            }
+        }
     }
 }
 
 /// `out[t · R + r]` is weight row `r`'s dot product with token `t`.
-fn f32_tile(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+fn f32_tile(n: usize, w: &[u8], a: &[u8], out: &mut [f32], ahead: usize) {
     let (w, a) = (
         f32_rows(n, R, w, "weights"),
         f32_rows(n, T, a, "activations"),
@@ -106,5 +131,5 @@ fn f32_tile(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
     let out: &mut [f32; R * T] = out.try_into().expect("R · T outputs");
     // SAFETY: `R` weight rows and `T` activation rows of `n` values (checked above);
     // reachable only after AVX-512 detection.
-    unsafe { k_f32_tile(n, w, a, out) }
+    unsafe { k_f32_tile(n, w, a, out, ahead) }
 }

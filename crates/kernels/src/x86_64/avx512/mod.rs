@@ -11,7 +11,7 @@
 // 512-bit kernels.
 use super::avx2::{AttendKernel, KeyRows, legacy_tile, q4_k_tile, q6_k_tile};
 use super::common::*;
-use crate::prefetch::stream_ahead;
+use crate::prefetch::{hint_l2, stream_ahead};
 use crate::scalar::k4_scales_mins;
 use core::arch::x86_64::*;
 
