@@ -64,9 +64,9 @@ pub(super) fn f32_tiles<const N: usize>(
         }
     };
     let block = (TOKEN_BLOCK_BYTES / row_bytes / tt * tt).max(tt);
-    let total_rows: usize = wms.iter().map(|w| w.rows).sum();
-    let cache_rows = (TASK_BYTES / row_bytes / 8 * 8).max(8);
-    let tasks = RowTasks::new(&wms, chunk_rows(total_rows, pool.threads()).min(cache_rows));
+    let cache_rows = TASK_BYTES / row_bytes;
+    let chunk = chunk_rows(wms.map(|w| w.rows), pool.threads(), cache_rows);
+    let tasks = RowTasks::new(&wms, chunk);
     let mut ys = ys;
     let outs: [Out<f32>; N] = std::array::from_fn(|m| Out(ys[m].as_mut_ptr()));
     let outs = &outs;

@@ -40,7 +40,8 @@
 //! Batches split every matrix's rows into equal tasks (`chunk_rows`): about
 //! four tasks per thread, whole groups of eight rows, and at most 256 rows,
 //! whose weights stay in cache while the task runs them against every
-//! group of tokens. Panel batches use whole panels instead
+//! group of tokens; among sizes down to half that, the one that fills the
+//! threads' shares of the tasks most evenly. Panel batches use whole panels instead
 //! (`panel_chunk_rows`), picking among sizes near four tasks per thread the
 //! one whose tasks the threads share most evenly, since each task is long.
 //!

@@ -57,8 +57,8 @@ pub(super) fn tiles<const N: usize>(
 
 /// A batch's rows in equal chunks over all its matrices.
 fn run_chunks<const N: usize>(run: &RowRun<'_, N>, pool: &dyn ThreadPool) {
-    let total_rows: usize = run.wms.iter().map(|w| w.rows).sum();
-    let tasks = RowTasks::new(run.wms, chunk_rows(total_rows, pool.threads()));
+    let rows = run.wms.map(|w| w.rows);
+    let tasks = RowTasks::new(run.wms, chunk_rows(rows, pool.threads(), usize::MAX));
     pool.run(tasks.count(), &|task| {
         let (m, r0, r1) = tasks.locate(task);
         run.rows(m, r0, r1)

@@ -4,15 +4,57 @@
 use super::Weights;
 use crate::panel::PANEL_ROWS;
 
-/// Rows per task of a multi-token call: enough tasks to balance the
-/// threads, each a whole number of eight-row groups where there are eight
-/// rows, and at most 256 rows, whose weights stay in cache while the task
-/// runs them against each group of tokens.
-pub(super) fn chunk_rows(rows: usize, threads: usize) -> usize {
-    rows.div_ceil(threads.max(1) * 4)
+/// Rows per task of a multi-token call over matrices of `rows` rows: about
+/// four tasks per thread, each a whole number of eight-row groups where
+/// there are eight rows, and at most 256 rows (and `max`), whose weights
+/// stay in cache while the task runs them against each group of tokens.
+/// Among the sizes from that down to half of it, the one whose tasks fill
+/// the threads' shares most evenly ([`busiest_share`]), the largest of
+/// those that tie: a thread whose share holds one more task finishes last.
+pub(super) fn chunk_rows<const N: usize>(rows: [usize; N], threads: usize, max: usize) -> usize {
+    let total: usize = rows.iter().sum();
+    let threads = threads.max(1);
+    let size = total
+        .div_ceil(threads * 4)
         .next_multiple_of(8)
         .clamp(8, 256)
-        .min(rows.max(1))
+        .min((max / 8 * 8).max(8))
+        .min(total.max(1));
+    if size < 16 {
+        return size;
+    }
+    (size.div_ceil(2)..=size)
+        .rev()
+        .step_by(8)
+        .min_by_key(|&c| busiest_share(rows, c, threads))
+        .unwrap_or(size)
+}
+
+/// The most rows any thread's share of the tasks holds, with tasks of
+/// `chunk` rows over the matrices' `rows` ([`RowTasks`]' order), where each
+/// thread claims a contiguous share of the tasks, as the spinning pool does
+/// (the threads that finish first then take what is left of the others').
+fn busiest_share<const N: usize>(rows: [usize; N], chunk: usize, threads: usize) -> usize {
+    let count: usize = rows.iter().map(|r| r.div_ceil(chunk)).sum();
+    // Task `i`'s rows.
+    let task = |mut i: usize| {
+        for r in rows {
+            let tasks = r.div_ceil(chunk);
+            if i < tasks {
+                return (r - i * chunk).min(chunk);
+            }
+            i -= tasks;
+        }
+        0
+    };
+    (0..threads)
+        .map(|j| {
+            (j * count / threads..(j + 1) * count / threads)
+                .map(task)
+                .sum::<usize>()
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// Rows per panel task: whole panels, about four tasks per thread, the size
@@ -242,6 +284,40 @@ mod tests {
                 c >= PANEL_ROWS && c.is_multiple_of(PANEL_ROWS),
                 "{rows} {threads}: {c}"
             );
+        }
+    }
+
+    /// Batch tasks are whole eight-row groups within the cap, and fill the
+    /// threads' shares evenly where a size down to half the first choice
+    /// does.
+    #[test]
+    fn batch_tasks_fill_the_shares_evenly() {
+        // all-MiniLM-L6-v2 F32 on two threads: the up projection (1536 rows
+        // of 1536 bytes, at most 170 a task) in twelve tasks of 128, not ten
+        // of 168 with one thread's share 144 rows heavier; the down
+        // projection (384 rows of 6144 bytes, at most 42) in twelve of 32;
+        // the queries, keys and values in four tasks each of 96, not three
+        // of 144, 144 and 96.
+        assert_eq!(chunk_rows([1536], 2, 170), 128);
+        assert_eq!(busiest_share([1536], 168, 2), 840);
+        assert_eq!(busiest_share([1536], 128, 2), 768);
+        assert_eq!(chunk_rows([384], 2, 42), 32);
+        assert_eq!(chunk_rows([384, 384, 384], 2, 170), 96);
+        assert_eq!(busiest_share([384, 384, 384], 144, 2), 624);
+        // Already even: the first choice stays.
+        assert_eq!(chunk_rows([384], 2, usize::MAX), 48);
+        assert_eq!(chunk_rows([1536], 1, usize::MAX), 256);
+        for (rows, threads, cap) in [
+            ([0, 0], 2, usize::MAX),
+            ([5, 0], 2, usize::MAX),
+            ([20, 3], 4, 9),
+            ([1000, 333], 3, 100),
+            ([49_152, 2048], 16, 170),
+        ] {
+            let c = chunk_rows(rows, threads, cap);
+            let total: usize = rows.iter().sum();
+            assert!((1..=256).contains(&c) && c <= cap.max(8), "{rows:?}: {c}");
+            assert!(c.is_multiple_of(8) || c >= total, "{rows:?}: {c}");
         }
     }
 }
