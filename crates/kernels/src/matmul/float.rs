@@ -101,7 +101,15 @@ pub(super) fn f32_tiles<const N: usize>(
                         // local buffer.
                         unsafe {
                             let dst = outs[m].0.add((t + c) * rows + r);
-                            std::ptr::copy_nonoverlapping(v.as_ptr().add(c * tr), dst, tr)
+                            let src = v.as_ptr().add(c * tr);
+                            // Every tile has four rows so far: a constant length
+                            // inlines the copy, where a call to `memcpy` per token
+                            // cost as much as the copy.
+                            if tr == 4 {
+                                std::ptr::copy_nonoverlapping(src, dst, 4)
+                            } else {
+                                std::ptr::copy_nonoverlapping(src, dst, tr)
+                            }
                         }
                     }
                 }
