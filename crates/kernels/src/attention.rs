@@ -354,8 +354,19 @@ pub fn attention_on(
                 };
                 let mut t = queries.start;
                 while t < queries.end {
+                    // A tile's queries share their first key: where a sequence's
+                    // queries end before a tile's worth (a batch of short texts),
+                    // they go alone and the next tile starts with the next
+                    // sequence's.
+                    let first = keys(t).start;
+                    let run = match tile {
+                        Some(_) if per_tile > 1 && t + per_tile <= queries.end => (t..t + per_tile)
+                            .take_while(|&u| keys(u).start == first)
+                            .count(),
+                        _ => 1,
+                    };
                     match tile {
-                        Some(tile) if per_tile > 1 && t + per_tile <= queries.end => {
+                        Some(tile) if per_tile > 1 && run == per_tile => {
                             let n = per_tile;
                             let tile_args: [RowArgs<'_>; MAX_TILE] =
                                 std::array::from_fn(|i| args(t + i.min(n - 1), h, nh));
@@ -367,8 +378,10 @@ pub fn attention_on(
                             t += n;
                         }
                         _ => {
-                            row(args(t, h, nh), rows_out(t, h, nh));
-                            t += 1;
+                            for u in t..t + run {
+                                row(args(u, h, nh), rows_out(u, h, nh));
+                            }
+                            t += run;
                         }
                     }
                 }

@@ -311,12 +311,18 @@ fn miri_avx512_prompt_tiles_match_queries_alone() {
         let v = pseudo(n * hd, 33);
         let kh: Vec<f16> = k.iter().map(|&x| f16::from_f32_const(x)).collect();
         let vh: Vec<f16> = v.iter().map(|&x| f16::from_f32_const(x)).collect();
-        // Every query attends the first key block, some the second's start.
-        let keys = |t: usize| 0..t + 34;
-        for (ty, kr, vr) in [
+        // Every query attends the first key block, some the second's start;
+        // or every query the same 20 keys, less than a block (a short text).
+        let causal = |t: usize| 0..t + 34;
+        let text = |_: usize| 0..20;
+        let masks: [&KeysFn; 2] = [&causal, &text];
+        for ((ty, kr, vr), keys) in [
             ("f32", KvRows::F32(&k), KvRows::F32(&v)),
             ("f16", KvRows::F16(&kh), KvRows::F16(&vh)),
-        ] {
+        ]
+        .into_iter()
+        .flat_map(|rows| masks.map(|keys| (rows, keys)))
+        {
             let mut all = vec![f32::NAN; q.len()];
             attention_on(
                 Isa::Avx512Vnni,
@@ -348,7 +354,7 @@ fn miri_avx512_prompt_tiles_match_queries_alone() {
                 assert_eq!(
                     &all[t * row..(t + 1) * row],
                     &one[..],
-                    "{nh} heads {ty}, query {t}"
+                    "{nh} heads {ty}, query {t}, keys {r:?}"
                 );
             }
         }
@@ -447,10 +453,23 @@ fn prompt_tiles_give_each_query_its_bits_alone() {
                 let causal = |t: usize| 0..t + 4;
                 let window = |t: usize| (t + 4).saturating_sub(40)..t + 4;
                 let packed = |t: usize| if t < 21 { 54..t + 55 } else { 0..t - 20 };
-                let masks: [(&str, &KeysFn); 3] = [
+                // A batch of short texts, each attending to all of itself:
+                // tiles of fewer keys than a block, and texts shorter than a
+                // tile.
+                let texts = |t: usize| {
+                    let ends = [13, 33, 36, 43, 72];
+                    let i = ends.iter().position(|&e| t < e).unwrap_or(ends.len() - 1);
+                    if i == 0 {
+                        0..ends[0]
+                    } else {
+                        ends[i - 1]..ends[i]
+                    }
+                };
+                let masks: [(&str, &KeysFn); 4] = [
                     ("causal", &causal),
                     ("window", &window),
                     ("packed", &packed),
+                    ("texts", &texts),
                 ];
                 for (mask, keys) in masks {
                     let nq = n - 3;

@@ -103,8 +103,9 @@ tile_fns! {
 /// Consecutive queries' rows of one kv head ([`crate::attention::AttendTileFn`]):
 /// through the tile kernel where there are [`tile_queries`] of them with the
 /// same heads, key and value rows and first key, and at least one key block
-/// they all attend; otherwise, or for what is left, one query at a time
-/// through [`super::attend_row`]. The same bits either way.
+/// they all attend (or the same keys, however few); otherwise, or for what
+/// is left, one query at a time through [`super::attend_row`]. The same
+/// bits either way.
 pub(crate) fn attend_tile(args: &[RowArgs<'_>], outs: &mut [&mut [f32]]) {
     use crate::attention::KvRows;
     assert_eq!(args.len(), outs.len(), "one output per query");
@@ -137,10 +138,17 @@ pub(crate) fn attend_tile(args: &[RowArgs<'_>], outs: &mut [&mut [f32]]) {
                 && !a.keys.is_empty()
         });
     let start = a0.keys.start;
-    // The whole key blocks every query attends (none where the queries do
-    // not all start at `start`: then `tiled` is false).
+    // The key blocks every query attends: all its keys where every query
+    // ends where the first does (a sequence attending to itself, however
+    // short), else the whole blocks the shortest one attends, since a
+    // longer query's blocks run on past its end.
+    let first_end = a0.keys.end;
     let shared = args.iter().map(|a| a.keys.end).min().unwrap_or(start);
-    let shared = start + shared.saturating_sub(start) / KEY_BLOCK * KEY_BLOCK;
+    let shared = if args.iter().all(|a| a.keys.end == first_end) {
+        shared
+    } else {
+        start + shared.saturating_sub(start) / KEY_BLOCK * KEY_BLOCK
+    };
     if !tiled || shared == start {
         for (a, o) in args.iter().zip(outs.iter_mut()) {
             super::attend_row(a.clone(), o);
