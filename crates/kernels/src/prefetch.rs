@@ -96,6 +96,17 @@ pub(crate) fn f32_ahead() -> usize {
     })
 }
 
+/// `ahead` rounded up to whole groups of `group` bytes (0 stays 0): a
+/// kernel reading a group of rows side by side then hints the same row and
+/// column of a later group, each line well before its turn, where a
+/// distance inside the group would hint lines its other rows have read.
+pub(crate) fn whole_groups(ahead: usize, group: usize) -> usize {
+    match (ahead, group) {
+        (0, _) | (_, 0) => 0,
+        _ => ahead.div_ceil(group).saturating_mul(group),
+    }
+}
+
 /// The distance a `LAMINA_PREFETCH` value asks for of kernels whose
 /// default is the same on every CPU (`None` or empty: `default`).
 fn resolve_or(value: Option<&str>, default: usize) -> Result<usize, KernelError> {
@@ -191,6 +202,15 @@ mod tests {
             assert_eq!(resolve_or(Some("2048"), default), Ok(2048));
             assert!(resolve_or(Some("4k"), default).is_err());
         }
+    }
+
+    #[test]
+    fn distances_round_up_to_whole_groups() {
+        assert_eq!(whole_groups(16384, 6144), 18432);
+        assert_eq!(whole_groups(16384, 24576), 24576);
+        assert_eq!(whole_groups(16384, 4096), 16384);
+        assert_eq!(whole_groups(0, 6144), 0);
+        assert_eq!(whole_groups(16384, 0), 0);
     }
 
     #[test]

@@ -70,7 +70,7 @@ pub(super) fn f32_tiles<const N: usize>(
     let mut ys = ys;
     let outs: [Out<f32>; N] = std::array::from_fn(|m| Out(ys[m].as_mut_ptr()));
     let outs = &outs;
-    let ahead = crate::prefetch::f32_ahead();
+    let ahead = crate::prefetch::whole_groups(crate::prefetch::f32_ahead(), tr * row_bytes);
     pool.run(tasks.count(), &|task| {
         let (m, r0, r1) = tasks.locate(task);
         let (w, rows) = (wms[m].data, wms[m].rows);
