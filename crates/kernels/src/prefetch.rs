@@ -8,8 +8,9 @@
 //! the others (each the best distance measured on that vendor's cores).
 //! The kernels that take a few tokens at once do several times that work
 //! per byte: they prefetch [`BATCH_AHEAD`] bytes ahead on every CPU.
-//! The F32 tiles, which read float rows from memory once for a dozen
-//! tokens, prefetch [`F32_AHEAD`] bytes ahead.
+//! The F32 kernels that stream rows from memory (a tile's first pass over
+//! its rows, one token's eight-row kernel) prefetch [`F32_AHEAD`] bytes
+//! ahead, rounded up to whole groups of the rows they read side by side.
 //! `LAMINA_PREFETCH` (bytes, `0` for none) overrides every choice when
 //! tuning a new machine. A prefetch never changes a result, only its speed.
 
@@ -30,8 +31,8 @@ pub const AMD_AHEAD: usize = 6144;
 /// every CPU.
 pub const BATCH_AHEAD: usize = 6144;
 
-/// The default distance of the F32 tiles on every CPU: a row group's first
-/// tile streams its rows from memory while the rows this far on arrive.
+/// The default distance of the F32 kernels on every CPU: a group of rows
+/// streams from memory while the rows this far on arrive.
 pub const F32_AHEAD: usize = 16384;
 
 /// The largest distance `LAMINA_PREFETCH` takes (1 MiB: far past any use).
@@ -86,7 +87,7 @@ pub(crate) fn batch_ahead() -> usize {
     })
 }
 
-/// [`ahead`] for the F32 tiles: `LAMINA_PREFETCH` where it is set, else
+/// [`ahead`] for the F32 kernels: `LAMINA_PREFETCH` where it is set, else
 /// [`F32_AHEAD`]; none where it was refused.
 #[inline]
 pub(crate) fn f32_ahead() -> usize {
