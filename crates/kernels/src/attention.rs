@@ -23,7 +23,11 @@
 //! of a kv head's group together, reading each key and value row once for
 //! all of them. In a prompt, consecutive queries that start at the same key
 //! go through the ISA's tile kernel together where it has one (AVX-512):
-//! the key blocks they all attend are read once for all their heads. A
+//! the key blocks they all attend are read once for all their heads. Where
+//! no tile serves a group (three heads or more) and the queries' rows
+//! outgrow L2 (a long cache), runs of them walk their keys chunk by chunk
+//! together through the ISA's chunked kernel (AVX-512), so each chunk's
+//! rows are read from memory once for the run. A
 //! row's result depends only on its query, its key range and the ISA, never
 //! on the other rows or heads of the call, so a token's output is the same
 //! alone or inside a batch.
@@ -149,6 +153,11 @@ pub(crate) type AttendTileFn = fn(&[RowArgs<'_>], &mut [&mut [f32]]);
 
 /// Most queries a tile kernel takes.
 const MAX_TILE: usize = 8;
+/// Most queries a chunked kernel takes.
+const MAX_CHUNKED: usize = 32;
+/// Runs whose key and value rows (as f32) span less than this go query by
+/// query: their rows stay in L2 from one query to the next anyway.
+const CHUNKED_MIN_BYTES: usize = 512 << 10;
 
 /// An ISA's tile kernel, and how many queries of `n` heads it takes (1: no
 /// tile for such queries).
@@ -165,6 +174,27 @@ fn tile_kernel(isa: Isa, head_dim: usize) -> Option<TileKernel> {
         return Some(TileKernel {
             run: crate::x86_64::avx512::attend_tile,
             queries: crate::x86_64::avx512::tile_queries,
+        });
+    }
+    let _ = (isa, head_dim);
+    None
+}
+
+/// An ISA's kernel for runs of a prompt's queries that walk their keys
+/// chunk by chunk together, and how many queries a run takes at most.
+#[derive(Clone, Copy)]
+struct ChunkedKernel {
+    run: AttendTileFn,
+    queries: usize,
+}
+
+/// The chunked kernel `isa` has for heads of `head_dim` values.
+fn chunked_kernel(isa: Isa, head_dim: usize) -> Option<ChunkedKernel> {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512Vnni && head_dim.is_multiple_of(16) {
+        return Some(ChunkedKernel {
+            run: crate::x86_64::avx512::attend_chunked,
+            queries: crate::x86_64::avx512::CHUNKED_QUERIES,
         });
     }
     let _ = (isa, head_dim);
@@ -281,9 +311,11 @@ pub fn attention_on(
     };
     // A prompt's queries share key rows: consecutive ones with the same
     // first key go through the tile kernel together where the ISA has one.
-    let tile = match (k, v) {
-        (KvRows::F32(_), KvRows::F32(_)) | (KvRows::F16(_), KvRows::F16(_)) => tile_kernel(isa, hd),
-        _ => None,
+    let (tile, chunked) = match (k, v) {
+        (KvRows::F32(_), KvRows::F32(_)) | (KvRows::F16(_), KvRows::F16(_)) => {
+            (tile_kernel(isa, hd), chunked_kernel(isa, hd))
+        }
+        _ => (None, None),
     };
     // Tasks: (chunk of queries) × head, or × kv head when there are enough
     // queries to balance the threads that way: then the task's query heads
@@ -352,6 +384,9 @@ pub fn attention_on(
                     Some(tile) if per_kv => (tile.queries)(nh).min(MAX_TILE),
                     _ => 1,
                 };
+                // Where no tile serves these heads, runs of queries with the
+                // same first key walk their keys chunk by chunk together.
+                let chunked = chunked.filter(|_| per_kv && per_tile == 1);
                 let mut t = queries.start;
                 while t < queries.end {
                     // A tile's queries share their first key: where a sequence's
@@ -365,6 +400,27 @@ pub fn attention_on(
                             .count(),
                         _ => 1,
                     };
+                    let run_span =
+                        |n: usize| (t..t + n).map(|u| keys(u).end).max().unwrap_or(first) - first;
+                    let chunked_run = chunked.map(|c| {
+                        let n = (t..(t + c.queries.min(MAX_CHUNKED)).min(queries.end))
+                            .take_while(|&u| keys(u).start == first)
+                            .count();
+                        (c, n)
+                    });
+                    if let Some((chunked, n)) =
+                        chunked_run.filter(|&(_, n)| run_span(n) * hd * 8 > CHUNKED_MIN_BYTES)
+                    {
+                        let run_args: [RowArgs<'_>; MAX_CHUNKED] =
+                            std::array::from_fn(|i| args(t + i.min(n - 1), h, nh));
+                        let mut outs: [&mut [f32]; MAX_CHUNKED] = Default::default();
+                        for (i, o) in outs.iter_mut().take(n).enumerate() {
+                            *o = rows_out(t + i, h, nh);
+                        }
+                        (chunked.run)(&run_args[..n], &mut outs[..n]);
+                        t += n;
+                        continue;
+                    }
                     match tile {
                         Some(tile) if per_tile > 1 && run == per_tile => {
                             let n = per_tile;

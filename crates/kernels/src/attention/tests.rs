@@ -361,6 +361,59 @@ fn miri_avx512_prompt_tiles_match_queries_alone() {
     }
 }
 
+/// The AVX-512 chunked kernel (a run of a prompt's queries walking their
+/// keys chunk by chunk) gives each query the bits it gets alone, across a
+/// chunk boundary, f32 and f16 rows; small enough for Miri
+/// (`.ci/isa-tests.sh`), natively only where the CPU has AVX-512.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn miri_avx512_chunked_queries_match_queries_alone() {
+    use crate::attention::RowArgs;
+    if !crate::testutil::runs_here(Isa::Avx512Vnni) {
+        return;
+    }
+    let (n, hd, nh) = (300, 16, 3);
+    let ends = [250, 270, 300];
+    let q = pseudo(nh * hd * ends.len(), 41);
+    let k: Vec<f32> = pseudo(n * hd, 42).iter().map(|x| x * 3.0).collect();
+    let v = pseudo(n * hd, 43);
+    let kh: Vec<f16> = k.iter().map(|&x| f16::from_f32_const(x)).collect();
+    let vh: Vec<f16> = v.iter().map(|&x| f16::from_f32_const(x)).collect();
+    for (ty, kr, vr) in [
+        ("f32", KvRows::F32(&k), KvRows::F32(&v)),
+        ("f16", KvRows::F16(&kh), KvRows::F16(&vh)),
+    ] {
+        let args: Vec<RowArgs<'_>> = ends
+            .iter()
+            .enumerate()
+            .map(|(i, &end)| RowArgs {
+                q: &q[i * nh * hd..(i + 1) * nh * hd],
+                head_dim: hd,
+                k: kr,
+                v: vr,
+                off: 0,
+                kv_row: hd,
+                keys: 0..end,
+                scale: 0.25,
+                softcap: None,
+            })
+            .collect();
+        let mut all = vec![f32::NAN; q.len()];
+        let mut outs: Vec<&mut [f32]> = all.chunks_exact_mut(nh * hd).collect();
+        crate::x86_64::avx512::attend_chunked(&args, &mut outs);
+        for (i, a) in args.iter().enumerate() {
+            let mut one = vec![f32::NAN; nh * hd];
+            crate::x86_64::avx512::attend_row(a.clone(), &mut one);
+            assert_eq!(
+                &all[i * nh * hd..(i + 1) * nh * hd],
+                &one[..],
+                "{ty}, query {i}, keys 0..{}",
+                ends[i]
+            );
+        }
+    }
+}
+
 /// A row's output does not depend on the other rows of the call: the
 /// same query and keys give the same bits at any place in a batch, and
 /// whichever heads of its kv head's group share its kernel call.
@@ -477,6 +530,59 @@ fn prompt_tiles_give_each_query_its_bits_alone() {
                     let mut all = vec![f32::NAN; qs.len()];
                     attention_on(isa, &shape, qs, kr, vr, keys, &mut all, &Rayon).unwrap();
                     for t in 0..nq {
+                        let mut one = vec![f32::NAN; q_row];
+                        let qt = &q[t * q_row..(t + 1) * q_row];
+                        let r = keys(t);
+                        attention_on(isa, &shape, qt, kr, vr, &|_| r.clone(), &mut one, &Serial)
+                            .unwrap();
+                        assert_eq!(
+                            &all[t * q_row..(t + 1) * q_row],
+                            &one[..],
+                            "{isa} {mask} {n_head} heads of {hd}, query {t}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A long prompt's queries walk their keys chunk by chunk together where
+/// the ISA has a chunked kernel (AVX-512, groups no tile serves) and their
+/// rows outgrow L2: each query's rows are the bits it gets alone, across
+/// several chunks and where the prompt switches to chunks, for groups of
+/// three and four heads, f32 and f16 rows, a causal mask after an earlier
+/// turn and a sliding window (queries that start apart).
+#[test]
+fn long_prompts_give_each_query_its_bits_alone() {
+    for (n_head, hd) in [(3, 128), (4, 128)] {
+        let shape = AttnShape {
+            n_head: 2 * n_head,
+            n_head_kv: 2,
+            head_dim: hd,
+            scale: 0.125,
+            softcap: None,
+        };
+        let (n, q_row, kv_row) = (700, 2 * n_head * hd, 2 * hd);
+        let q = pseudo(n * q_row, 31);
+        let k: Vec<f32> = pseudo(n * kv_row, 32).iter().map(|x| 4.0 * x).collect();
+        let v = pseudo(n * kv_row, 33);
+        let kh: Vec<f16> = k.iter().map(|&x| f16::from_f32(x)).collect();
+        let vh: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
+        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+            for (kr, vr) in [
+                (KvRows::F32(&k), KvRows::F32(&v)),
+                (KvRows::F16(&kh), KvRows::F16(&vh)),
+            ] {
+                let causal = |t: usize| 0..t + 37;
+                let window = |t: usize| (t + 37).saturating_sub(600)..t + 37;
+                let masks: [(&str, &KeysFn); 2] = [("causal", &causal), ("window", &window)];
+                for (mask, keys) in masks {
+                    let nq = n - 37;
+                    let qs = &q[..nq * q_row];
+                    let mut all = vec![f32::NAN; qs.len()];
+                    attention_on(isa, &shape, qs, kr, vr, keys, &mut all, &Rayon).unwrap();
+                    for t in (0..nq).step_by(7).chain([nq - 1]) {
                         let mut one = vec![f32::NAN; q_row];
                         let qt = &q[t * q_row..(t + 1) * q_row];
                         let r = keys(t);

@@ -17,6 +17,7 @@ use core::arch::x86_64::*;
 
 mod activation;
 mod attention;
+mod attention_chunked;
 mod attention_tile;
 mod float;
 mod kquant;
@@ -30,6 +31,7 @@ mod unpack;
 // The kernels the tables hold, and what sibling modules share.
 pub(crate) use activation::*;
 pub(crate) use attention::*;
+pub(crate) use attention_chunked::{CHUNKED_QUERIES, attend_chunked};
 pub(crate) use attention_tile::{attend_tile, tile_queries};
 pub(crate) use float::*;
 pub(crate) use kquant::*;
