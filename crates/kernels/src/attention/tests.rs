@@ -472,6 +472,29 @@ type KeysFn<'a> = dyn Fn(usize) -> Range<usize> + Sync + 'a;
 /// tiled.
 #[test]
 fn prompt_tiles_give_each_query_its_bits_alone() {
+    // Causal after 3 tokens of an earlier turn; a sliding window of 40 keys;
+    // two sequences packed with the later one's rows first (the last two:
+    // queries that start apart, not tiled).
+    let causal = |t: usize| 0..t + 4;
+    let window = |t: usize| (t + 4).saturating_sub(40)..t + 4;
+    let packed = |t: usize| if t < 21 { 54..t + 55 } else { 0..t - 20 };
+    // A batch of short texts, each attending to all of itself: tiles of
+    // fewer keys than a block, and texts shorter than a tile.
+    let texts = |t: usize| {
+        let ends = [13, 33, 36, 43, 72];
+        let i = ends.iter().position(|&e| t < e).unwrap_or(ends.len() - 1);
+        if i == 0 {
+            0..ends[0]
+        } else {
+            ends[i - 1]..ends[i]
+        }
+    };
+    let masks: [(&str, &KeysFn); 4] = [
+        ("causal", &causal),
+        ("window", &window),
+        ("packed", &packed),
+        ("texts", &texts),
+    ];
     for (n_head, hd, softcap) in [
         (1, 64, None),
         (1, 96, None),
@@ -482,68 +505,7 @@ fn prompt_tiles_give_each_query_its_bits_alone() {
         (5, 16, None),
         (7, 128, None),
     ] {
-        let shape = AttnShape {
-            n_head: 2 * n_head,
-            n_head_kv: 2,
-            head_dim: hd,
-            scale: 0.125,
-            softcap,
-        };
-        let (n, q_row, kv_row) = (75, 2 * n_head * hd, 2 * hd);
-        let q = pseudo(n * q_row, 21);
-        let k: Vec<f32> = pseudo(n * kv_row, 22).iter().map(|x| 4.0 * x).collect();
-        let v = pseudo(n * kv_row, 23);
-        let kh: Vec<f16> = k.iter().map(|&x| f16::from_f32(x)).collect();
-        let vh: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
-        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
-            for (kr, vr) in [
-                (KvRows::F32(&k), KvRows::F32(&v)),
-                (KvRows::F16(&kh), KvRows::F16(&vh)),
-            ] {
-                // Causal after 3 tokens of an earlier turn; a sliding window
-                // of 40 keys; two sequences packed with the later one's rows
-                // first (the last two: queries that start apart, not tiled).
-                let causal = |t: usize| 0..t + 4;
-                let window = |t: usize| (t + 4).saturating_sub(40)..t + 4;
-                let packed = |t: usize| if t < 21 { 54..t + 55 } else { 0..t - 20 };
-                // A batch of short texts, each attending to all of itself:
-                // tiles of fewer keys than a block, and texts shorter than a
-                // tile.
-                let texts = |t: usize| {
-                    let ends = [13, 33, 36, 43, 72];
-                    let i = ends.iter().position(|&e| t < e).unwrap_or(ends.len() - 1);
-                    if i == 0 {
-                        0..ends[0]
-                    } else {
-                        ends[i - 1]..ends[i]
-                    }
-                };
-                let masks: [(&str, &KeysFn); 4] = [
-                    ("causal", &causal),
-                    ("window", &window),
-                    ("packed", &packed),
-                    ("texts", &texts),
-                ];
-                for (mask, keys) in masks {
-                    let nq = n - 3;
-                    let qs = &q[..nq * q_row];
-                    let mut all = vec![f32::NAN; qs.len()];
-                    attention_on(isa, &shape, qs, kr, vr, keys, &mut all, &Rayon).unwrap();
-                    for t in 0..nq {
-                        let mut one = vec![f32::NAN; q_row];
-                        let qt = &q[t * q_row..(t + 1) * q_row];
-                        let r = keys(t);
-                        attention_on(isa, &shape, qt, kr, vr, &|_| r.clone(), &mut one, &Serial)
-                            .unwrap();
-                        assert_eq!(
-                            &all[t * q_row..(t + 1) * q_row],
-                            &one[..],
-                            "{isa} {mask} {n_head} heads of {hd}, query {t}"
-                        );
-                    }
-                }
-            }
-        }
+        assert_batch_is_alone(n_head, hd, softcap, 75, 72, 21, &masks, 1);
     }
 }
 
@@ -555,45 +517,64 @@ fn prompt_tiles_give_each_query_its_bits_alone() {
 /// turn and a sliding window (queries that start apart).
 #[test]
 fn long_prompts_give_each_query_its_bits_alone() {
-    for (n_head, hd) in [(3, 128), (4, 128)] {
-        let shape = AttnShape {
-            n_head: 2 * n_head,
-            n_head_kv: 2,
-            head_dim: hd,
-            scale: 0.125,
-            softcap: None,
-        };
-        let (n, q_row, kv_row) = (700, 2 * n_head * hd, 2 * hd);
-        let q = pseudo(n * q_row, 31);
-        let k: Vec<f32> = pseudo(n * kv_row, 32).iter().map(|x| 4.0 * x).collect();
-        let v = pseudo(n * kv_row, 33);
-        let kh: Vec<f16> = k.iter().map(|&x| f16::from_f32(x)).collect();
-        let vh: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
-        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
-            for (kr, vr) in [
-                (KvRows::F32(&k), KvRows::F32(&v)),
-                (KvRows::F16(&kh), KvRows::F16(&vh)),
-            ] {
-                let causal = |t: usize| 0..t + 37;
-                let window = |t: usize| (t + 37).saturating_sub(600)..t + 37;
-                let masks: [(&str, &KeysFn); 2] = [("causal", &causal), ("window", &window)];
-                for (mask, keys) in masks {
-                    let nq = n - 37;
-                    let qs = &q[..nq * q_row];
-                    let mut all = vec![f32::NAN; qs.len()];
-                    attention_on(isa, &shape, qs, kr, vr, keys, &mut all, &Rayon).unwrap();
-                    for t in (0..nq).step_by(7).chain([nq - 1]) {
-                        let mut one = vec![f32::NAN; q_row];
-                        let qt = &q[t * q_row..(t + 1) * q_row];
-                        let r = keys(t);
-                        attention_on(isa, &shape, qt, kr, vr, &|_| r.clone(), &mut one, &Serial)
-                            .unwrap();
-                        assert_eq!(
-                            &all[t * q_row..(t + 1) * q_row],
-                            &one[..],
-                            "{isa} {mask} {n_head} heads of {hd}, query {t}"
-                        );
-                    }
+    let causal = |t: usize| 0..t + 37;
+    let window = |t: usize| (t + 37).saturating_sub(600)..t + 37;
+    let masks: [(&str, &KeysFn); 2] = [("causal", &causal), ("window", &window)];
+    for n_head in [3, 4] {
+        assert_batch_is_alone(n_head, 128, None, 700, 663, 31, &masks, 7);
+    }
+}
+
+/// Every ISA here, f32 and f16 rows, each of `masks`: the first `nq`
+/// queries of `n_head` heads of `hd` values (two kv heads, `n` key rows) at
+/// once, then every `step`-th query and the last alone: the same bits.
+#[allow(clippy::too_many_arguments)]
+fn assert_batch_is_alone(
+    n_head: usize,
+    hd: usize,
+    softcap: Option<f32>,
+    n: usize,
+    nq: usize,
+    seed: u32,
+    masks: &[(&str, &KeysFn)],
+    step: usize,
+) {
+    let shape = AttnShape {
+        n_head: 2 * n_head,
+        n_head_kv: 2,
+        head_dim: hd,
+        scale: 0.125,
+        softcap,
+    };
+    let (q_row, kv_row) = (2 * n_head * hd, 2 * hd);
+    let q = pseudo(n * q_row, seed);
+    let k: Vec<f32> = pseudo(n * kv_row, seed + 1)
+        .iter()
+        .map(|x| 4.0 * x)
+        .collect();
+    let v = pseudo(n * kv_row, seed + 2);
+    let kh: Vec<f16> = k.iter().map(|&x| f16::from_f32(x)).collect();
+    let vh: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
+    for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+        for (kr, vr) in [
+            (KvRows::F32(&k), KvRows::F32(&v)),
+            (KvRows::F16(&kh), KvRows::F16(&vh)),
+        ] {
+            for &(mask, keys) in masks {
+                let qs = &q[..nq * q_row];
+                let mut all = vec![f32::NAN; qs.len()];
+                attention_on(isa, &shape, qs, kr, vr, keys, &mut all, &Rayon).unwrap();
+                for t in (0..nq).step_by(step).chain([nq - 1]) {
+                    let mut one = vec![f32::NAN; q_row];
+                    let qt = &q[t * q_row..(t + 1) * q_row];
+                    let r = keys(t);
+                    attention_on(isa, &shape, qt, kr, vr, &|_| r.clone(), &mut one, &Serial)
+                        .unwrap();
+                    assert_eq!(
+                        &all[t * q_row..(t + 1) * q_row],
+                        &one[..],
+                        "{isa} {mask} {n_head} heads of {hd}, query {t}"
+                    );
                 }
             }
         }

@@ -10,6 +10,7 @@
 //! maxima and sums.
 
 use super::attention::{LOADS_F16, LOADS_F32, RowLoads, attend16_blocks, zero_rows};
+use super::attention_run::query_run;
 use super::*;
 
 use crate::attention::{KEY_BLOCK, RowArgs};
@@ -117,93 +118,30 @@ chunked_fns! {
 /// same heads (one to four), key and value rows and first key; otherwise one
 /// query at a time through [`super::attend_row`]. The same bits either way.
 pub(crate) fn attend_chunked(args: &[RowArgs<'_>], outs: &mut [&mut [f32]]) {
-    use crate::attention::KvRows;
-    assert_eq!(args.len(), outs.len(), "one output per query");
-    let Some(a0) = args.first() else {
-        return;
-    };
-    let hd = a0.head_dim;
-    let heads = a0.q.len() / hd.max(1);
-    let same_rows = |a: &RowArgs<'_>| match ((a.k, a.v), (a0.k, a0.v)) {
-        ((KvRows::F32(k), KvRows::F32(v)), (KvRows::F32(k0), KvRows::F32(v0))) => {
-            std::ptr::eq(k, k0) && std::ptr::eq(v, v0)
-        }
-        ((KvRows::F16(k), KvRows::F16(v)), (KvRows::F16(k0), KvRows::F16(v0))) => {
-            std::ptr::eq(k, k0) && std::ptr::eq(v, v0)
-        }
-        _ => false,
-    };
-    let chunked = (1..=CHUNKED_HEADS).contains(&heads)
-        && hd.is_multiple_of(16)
-        && hd <= crate::attention::MAX_HEAD_DIM
-        && args.len() <= CHUNKED_QUERIES
-        && args.iter().zip(outs.iter()).all(|(a, o)| {
-            same_rows(a)
-                && a.head_dim == hd
-                && a.q.len() == heads * hd
-                && o.len() == a.q.len()
-                && (a.off, a.kv_row, a.scale, a.softcap)
-                    == (a0.off, a0.kv_row, a0.scale, a0.softcap)
-                && a.keys.start == a0.keys.start
-        });
-    if !chunked {
+    let Some(run) = query_run(args, outs, CHUNKED_HEADS).filter(|run| run.n <= CHUNKED_QUERIES)
+    else {
         for (a, o) in args.iter().zip(outs.iter_mut()) {
             super::attend_row(a.clone(), o);
         }
         return;
-    }
-    let start = a0.keys.start;
-    let last = args.iter().map(|a| a.keys.end).max().unwrap_or(start);
-    // Every key row up to the last query's end must hold the head.
-    let fits = |len: usize| last == start || (last - 1) * a0.kv_row + a0.off + hd <= len;
-    let (kernel, kp, vp, esize): (ChunkedKernel, *const u8, *const u8, usize) = match (a0.k, a0.v) {
-        (KvRows::F32(k), KvRows::F32(v)) => {
-            assert!(fits(k.len()) && fits(v.len()), "key rows ..{last}");
-            (
-                CHUNKED_F32[heads - 1],
-                k.as_ptr().wrapping_add(a0.off).cast(),
-                v.as_ptr().wrapping_add(a0.off).cast(),
-                4,
-            )
-        }
-        (KvRows::F16(k), KvRows::F16(v)) => {
-            assert!(fits(k.len()) && fits(v.len()), "key rows ..{last}");
-            (
-                CHUNKED_F16[heads - 1],
-                k.as_ptr().wrapping_add(a0.off).cast(),
-                v.as_ptr().wrapping_add(a0.off).cast(),
-                2,
-            )
-        }
-        _ => unreachable!("`chunked` checked the row types"),
     };
-    let mut ends = [0usize; CHUNKED_QUERIES];
-    let mut q = [std::ptr::null::<f32>(); CHUNKED_QUERIES * CHUNKED_HEADS];
-    let mut out = [std::ptr::null_mut::<f32>(); CHUNKED_QUERIES * CHUNKED_HEADS];
-    for (i, (a, o)) in args.iter().zip(outs.iter_mut()).enumerate() {
-        ends[i] = a.keys.end;
-        // Each head's rows from one pointer per query (a reborrow per head
-        // would invalidate the pointers taken before it).
-        let (qp, op) = (a.q.as_ptr(), o.as_mut_ptr());
-        for r in 0..heads {
-            q[i * heads + r] = qp.wrapping_add(r * hd);
-            out[i * heads + r] = op.wrapping_add(r * hd);
-        }
+    let kernel = if run.esize == 4 {
+        CHUNKED_F32
+    } else {
+        CHUNKED_F16
+    }[run.heads - 1];
+    let (n, heads) = (run.n, run.heads);
+    // SAFETY: the rows read lie inside the key and value rows (checked by
+    // `query_run`), every query and output row holds `hd` values (a multiple
+    // of 16) and the outputs are distinct `&mut` slices; at most
+    // `CHUNKED_QUERIES` queries of `heads` heads; reachable only after
+    // AVX-512 F/VL detection.
+    unsafe {
+        kernel(
+            run.rows,
+            &run.ends[..n],
+            &run.q[..n * heads],
+            &run.out[..n * heads],
+        )
     }
-    let rows = KeyRows {
-        hd,
-        k: kp,
-        v: vp,
-        row: a0.kv_row * esize,
-        start,
-        end: last,
-        scale: a0.scale,
-        softcap: a0.softcap,
-    };
-    let n = args.len();
-    // SAFETY: the rows read lie inside `k` and `v` (checked above), every
-    // query and output row holds `hd` values (a multiple of 16) and the
-    // outputs are distinct `&mut` slices; at most `CHUNKED_QUERIES` queries
-    // of `heads` heads; reachable only after AVX-512 F/VL detection.
-    unsafe { kernel(rows, &ends[..n], &q[..n * heads], &out[..n * heads]) }
 }

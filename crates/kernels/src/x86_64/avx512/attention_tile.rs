@@ -3,6 +3,7 @@
 //! they all attend, and each head keeps the bits it gets alone.
 
 use super::attention::{LOADS_F16, LOADS_F32, RowLoads, attend16_blocks, zero_rows};
+use super::attention_run::query_run;
 use super::*;
 
 use crate::attention::{KEY_BLOCK, RowArgs};
@@ -107,106 +108,43 @@ tile_fns! {
 /// is left, one query at a time through [`super::attend_row`]. The same
 /// bits either way.
 pub(crate) fn attend_tile(args: &[RowArgs<'_>], outs: &mut [&mut [f32]]) {
-    use crate::attention::KvRows;
-    assert_eq!(args.len(), outs.len(), "one output per query");
-    let Some(a0) = args.first() else {
-        return;
-    };
-    let hd = a0.head_dim;
-    let heads = a0.q.len() / hd.max(1);
-    let same_rows = |a: &RowArgs<'_>| match ((a.k, a.v), (a0.k, a0.v)) {
-        ((KvRows::F32(k), KvRows::F32(v)), (KvRows::F32(k0), KvRows::F32(v0))) => {
-            std::ptr::eq(k, k0) && std::ptr::eq(v, v0)
-        }
-        ((KvRows::F16(k), KvRows::F16(v)), (KvRows::F16(k0), KvRows::F16(v0))) => {
-            std::ptr::eq(k, k0) && std::ptr::eq(v, v0)
-        }
-        _ => false,
-    };
-    let tiled = (1..=TILED_HEADS).contains(&heads)
-        && hd.is_multiple_of(16)
-        && hd <= crate::attention::MAX_HEAD_DIM
-        && args.len() == tile_queries(heads)
-        && args.iter().zip(outs.iter()).all(|(a, o)| {
-            same_rows(a)
-                && a.head_dim == hd
-                && a.q.len() == heads * hd
-                && o.len() == a.q.len()
-                && (a.off, a.kv_row, a.scale, a.softcap)
-                    == (a0.off, a0.kv_row, a0.scale, a0.softcap)
-                && a.keys.start == a0.keys.start
-                && !a.keys.is_empty()
-        });
-    let start = a0.keys.start;
+    let run = query_run(args, outs, TILED_HEADS)
+        .filter(|run| run.n == tile_queries(run.heads) && args.iter().all(|a| !a.keys.is_empty()));
     // The key blocks every query attends: all its keys where every query
     // ends where the first does (a sequence attending to itself, however
     // short), else the whole blocks the shortest one attends, since a
     // longer query's blocks run on past its end.
-    let first_end = a0.keys.end;
-    let shared = args.iter().map(|a| a.keys.end).min().unwrap_or(start);
-    let shared = if args.iter().all(|a| a.keys.end == first_end) {
-        shared
-    } else {
-        start + shared.saturating_sub(start) / KEY_BLOCK * KEY_BLOCK
+    let shared = |start: usize| {
+        let shared = args.iter().map(|a| a.keys.end).min().unwrap_or(start);
+        if args.iter().all(|a| a.keys.end == args[0].keys.end) {
+            shared
+        } else {
+            start + shared.saturating_sub(start) / KEY_BLOCK * KEY_BLOCK
+        }
     };
-    if !tiled || shared == start {
+    let Some(run) = run.filter(|run| shared(run.rows.start) > run.rows.start) else {
         for (a, o) in args.iter().zip(outs.iter_mut()) {
             super::attend_row(a.clone(), o);
         }
         return;
-    }
-    let last = args.iter().map(|a| a.keys.end).max().unwrap_or(start);
-    // Every key row up to the last query's end must hold the head.
-    let fits = |len: usize| (last - 1) * a0.kv_row + a0.off + hd <= len;
-    let (kernel, kp, vp, esize): (TileKernel, *const u8, *const u8, usize) = match (a0.k, a0.v) {
-        (KvRows::F32(k), KvRows::F32(v)) => {
-            assert!(fits(k.len()) && fits(v.len()), "key rows ..{last}");
-            (
-                TILE_F32[heads - 1],
-                k[a0.off..].as_ptr().cast(),
-                v[a0.off..].as_ptr().cast(),
-                4,
-            )
-        }
-        (KvRows::F16(k), KvRows::F16(v)) => {
-            assert!(fits(k.len()) && fits(v.len()), "key rows ..{last}");
-            (
-                TILE_F16[heads - 1],
-                k[a0.off..].as_ptr().cast(),
-                v[a0.off..].as_ptr().cast(),
-                2,
-            )
-        }
-        _ => unreachable!("`tiled` checked the row types"),
     };
-    let mut ends = [0usize; 8];
-    let mut q = [std::ptr::null::<f32>(); 8];
-    let mut out = [std::ptr::null_mut::<f32>(); 8];
-    for (i, (a, o)) in args.iter().zip(outs.iter_mut()).enumerate() {
-        ends[i] = a.keys.end;
-        // Each head's rows from one pointer per query (a reborrow per head
-        // would invalidate the pointers taken before it).
-        let (qp, op) = (a.q.as_ptr(), o.as_mut_ptr());
-        for r in 0..heads {
-            q[i * heads + r] = qp.wrapping_add(r * hd);
-            out[i * heads + r] = op.wrapping_add(r * hd);
-        }
-    }
+    let kernel = if run.esize == 4 { TILE_F32 } else { TILE_F16 }[run.heads - 1];
     let rows = KeyRows {
-        hd,
-        k: kp,
-        v: vp,
-        row: a0.kv_row * esize,
-        start,
-        end: shared,
-        scale: a0.scale,
-        softcap: a0.softcap,
+        end: shared(run.rows.start),
+        ..run.rows
     };
-    let n = args.len();
-    // SAFETY: the rows read lie inside `k` and `v` (checked above), every
-    // query and output row holds `hd` values (a multiple of 16) and the
-    // outputs are distinct `&mut` slices; `n` queries of `heads` heads is the
-    // kernel's shape (`tile_queries`); reachable only after AVX-512 F/VL
-    // detection.
-    unsafe { kernel(rows, &ends[..n], &q[..n * heads], &out[..n * heads]) }
+    let (n, heads) = (run.n, run.heads);
+    // SAFETY: the rows read lie inside the key and value rows (checked by
+    // `query_run`), every query and output row holds `hd` values (a multiple
+    // of 16) and the outputs are distinct `&mut` slices; `n` queries of
+    // `heads` heads is the kernel's shape (`tile_queries`); reachable only
+    // after AVX-512 F/VL detection.
+    unsafe {
+        kernel(
+            rows,
+            &run.ends[..n],
+            &run.q[..n * heads],
+            &run.out[..n * heads],
+        )
+    }
 }
