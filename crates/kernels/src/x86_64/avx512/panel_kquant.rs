@@ -3,18 +3,34 @@
 
 use super::*;
 
-/// `s + x · scale` per i32 lane, exact for `|x| < 2^15` and a scale
-/// `0 ≤ scale < 2^15` (its lane read as the i16 pair `(scale, 0)`): one
-/// `vpdpwssd`, or under Miri (which does not implement it) the same
-/// `vpmaddwd` and add.
-#[inline(always)]
+/// `s + vpmaddwd(x, scale)` per i32 lane (so `s + x · scale` for
+/// `|x| < 2^15` and a scale `0 ≤ scale < 2^15`, its lane read as the i16
+/// pair `(scale, 0)`): one `vpdpwssd`, or under Miri (which does not
+/// implement it) the same `vpmaddwd` and add.
+// Not `inline(always)`: asm needs the features on its own function, and
+// LLVM still inlines it into callers that have them.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 pub(super) unsafe fn scale_add(s: __m512i, x: __m512i, scale: __m512i) -> __m512i {
     // SAFETY: AVX-512F/BW + VNNI are enabled in every caller.
     unsafe {
-        if cfg!(miri) {
+        #[cfg(miri)]
+        {
             _mm512_add_epi32(s, _mm512_madd_epi16(x, scale))
-        } else {
-            _mm512_dpwssd_epi32(s, x, scale)
+        }
+        // LLVM turns the intrinsic back into `vpmaddwd` and `vpaddd` when it
+        // tunes for generic x86-64, a micro-op more; asm keeps it one.
+        #[cfg(not(miri))]
+        {
+            let mut s = s;
+            core::arch::asm!(
+                "vpdpwssd {s}, {x}, {scale}",
+                s = inout(zmm_reg) s,
+                x = in(zmm_reg) x,
+                scale = in(zmm_reg) scale,
+                options(pure, nomem, nostack, preserves_flags),
+            );
+            s
         }
     }
 }
@@ -166,7 +182,7 @@ unsafe fn q4_k_min_sums<const T: usize, const STORED: bool>(
                 let y = ys[t];
                 let mut m = _mm512_madd_epi16(mins[0], bcast(y.add(260)));
                 for (q, &mins) in mins.iter().enumerate().skip(1) {
-                    m = _mm512_add_epi32(m, _mm512_madd_epi16(mins, bcast(y.add(260 + 4 * q))));
+                    m = scale_add(m, mins, bcast(y.add(260 + 4 * q)));
                 }
                 let dm = _mm512_mul_ps(dmw, _mm512_set1_ps(f32_at(y)));
                 accm[t] = _mm512_fmadd_ps(dm, _mm512_cvtepi32_ps(m), accm[t]);
