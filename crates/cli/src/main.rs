@@ -27,7 +27,7 @@ Environment:
   LAMINA_POOL      compute pool: spin (default) or rayon
   LAMINA_PANELS    0 keeps every model's matrices as the file's rows instead of
                    rewriting them into panels at load (same results, for A/B timings)
-  LAMINA_ISA       force a kernel ISA: scalar, avx2, avx512, neon or dotprod
+  LAMINA_ISA       force a kernel ISA: scalar, avx2, avx512, amx, neon or dotprod
   LAMINA_PREFETCH  software prefetch distance in bytes of the stored-panel
                    kernels, one token and a few (0 turns it off)
   LAMINA_API_KEY   serve: the API key when --api-key is not given";

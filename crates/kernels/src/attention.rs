@@ -131,14 +131,14 @@ pub(crate) const MAX_HEADS: usize = 4;
 /// The row kernel `isa` uses for heads of `head_dim` values.
 fn row_kernel(isa: Isa, head_dim: usize) -> AttendFn {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512Vnni && head_dim.is_multiple_of(16) {
+    if isa.has_avx512() && head_dim.is_multiple_of(16) {
         return crate::x86_64::avx512::attend_row;
     }
     #[cfg(target_arch = "x86_64")]
     if head_dim.is_multiple_of(8) {
         match isa {
             Isa::Avx2 => return crate::x86_64::avx2::attend_row,
-            Isa::Avx512Vnni => return crate::x86_64::avx2::attend_row_vl,
+            Isa::Avx512Vnni | Isa::Amx => return crate::x86_64::avx2::attend_row_vl,
             _ => {}
         }
     }
@@ -170,7 +170,7 @@ struct TileKernel {
 /// The tile kernel `isa` has for heads of `head_dim` values.
 fn tile_kernel(isa: Isa, head_dim: usize) -> Option<TileKernel> {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512Vnni && head_dim.is_multiple_of(16) {
+    if isa.has_avx512() && head_dim.is_multiple_of(16) {
         return Some(TileKernel {
             run: crate::x86_64::avx512::attend_tile,
             queries: crate::x86_64::avx512::tile_queries,
@@ -191,7 +191,7 @@ struct ChunkedKernel {
 /// The chunked kernel `isa` has for heads of `head_dim` values.
 fn chunked_kernel(isa: Isa, head_dim: usize) -> Option<ChunkedKernel> {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512Vnni && head_dim.is_multiple_of(16) {
+    if isa.has_avx512() && head_dim.is_multiple_of(16) {
         return Some(ChunkedKernel {
             run: crate::x86_64::avx512::attend_chunked,
             queries: crate::x86_64::avx512::CHUNKED_QUERIES,

@@ -25,9 +25,9 @@ const MAX_QUERY_BYTES: usize = MAX_HEAD_DIM / Q8_0_VALUES * Q8_0_BYTES;
 /// loops compiled for AVX2 where `isa` has it.
 pub(crate) fn attend(isa: Isa, q8_0: &TypeKernels, args: RowArgs<'_>, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if matches!(isa, Isa::Avx2 | Isa::Avx512Vnni) {
-        // SAFETY: `attention_on` checked that this CPU runs `isa`, and both
-        // ISAs include AVX2, FMA and F16C.
+    if matches!(isa, Isa::Avx2 | Isa::Avx512Vnni | Isa::Amx) {
+        // SAFETY: `attention_on` checked that this CPU runs `isa`, and every
+        // one of these ISAs includes AVX2, FMA and F16C.
         return unsafe { crate::x86_64::avx2::q8_0_heads(q8_0, args, out) };
     }
     let _ = isa;

@@ -246,6 +246,8 @@ fn table(isa: Isa) -> &'static [TypeKernels] {
         Isa::Avx2 => &crate::x86_64::AVX2,
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512Vnni => &crate::x86_64::AVX512,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Amx => &crate::x86_64::AMX,
         #[cfg(target_arch = "aarch64")]
         Isa::Neon => &crate::aarch64::NEON,
         #[cfg(target_arch = "aarch64")]

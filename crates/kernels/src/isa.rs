@@ -2,7 +2,7 @@
 //!
 //! [`Isa::selected`] is the ISA every table lookup uses: the best one this CPU
 //! executes, unless the `LAMINA_ISA` environment variable (`scalar`, `avx2`,
-//! `avx512`, `neon`, `dotprod`) forces another; forcing one the CPU lacks is
+//! `avx512`, `amx`, `neon`, `dotprod`) forces another; forcing one the CPU lacks is
 //! refused with an error naming the missing features.
 
 use crate::KernelError;
@@ -17,6 +17,9 @@ pub enum Isa {
     Avx2,
     /// x86-64 AVX-512 F/BW/VL + VNNI (on top of AVX2, which it falls back to per type).
     Avx512Vnni,
+    /// x86-64 AMX-TILE + AMX-INT8 on top of AVX-512 VNNI, where the OS grants
+    /// the tile state.
+    Amx,
     /// aarch64 Advanced SIMD.
     Neon,
     /// aarch64 Advanced SIMD with the `sdot` dot-product instructions.
@@ -25,10 +28,11 @@ pub enum Isa {
 
 impl Isa {
     /// Every ISA, from the most portable.
-    pub const ALL: [Isa; 5] = [
+    pub const ALL: [Isa; 6] = [
         Isa::Scalar,
         Isa::Avx2,
         Isa::Avx512Vnni,
+        Isa::Amx,
         Isa::Neon,
         Isa::NeonDotprod,
     ];
@@ -39,6 +43,7 @@ impl Isa {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
             Isa::Avx512Vnni => "avx512",
+            Isa::Amx => "amx",
             Isa::Neon => "neon",
             Isa::NeonDotprod => "dotprod",
         }
@@ -55,6 +60,9 @@ impl Isa {
             Isa::Scalar => "",
             Isa::Avx2 => "avx2+fma+f16c",
             Isa::Avx512Vnni => "avx2+fma+f16c+avx512f+avx512bw+avx512vl+avx512vnni",
+            Isa::Amx => {
+                "avx2+fma+f16c+avx512f+avx512bw+avx512vl+avx512vnni+amx-tile+amx-int8 and the OS's tile state"
+            }
             Isa::Neon => "neon",
             Isa::NeonDotprod => "neon+dotprod",
         }
@@ -62,20 +70,28 @@ impl Isa {
 
     /// Whether this CPU executes the ISA (detected once, then cached).
     pub fn is_available(self) -> bool {
-        static DETECTED: OnceLock<[bool; 5]> = OnceLock::new();
+        static DETECTED: OnceLock<[bool; 6]> = OnceLock::new();
         let d = DETECTED.get_or_init(|| Isa::ALL.map(detect));
         d[self as usize]
     }
 
     /// The fastest available ISA: the default path.
     ///
-    /// AVX-512 VNNI first: its tiles (`vpdpbusd` over rows packed four bytes
-    /// at a time) do a quarter of AVX2's instructions per block.
+    /// AMX first: its tile unit multiplies 64 values of sixteen weight rows
+    /// by sixteen tokens in one instruction. Then AVX-512 VNNI: its tiles
+    /// (`vpdpbusd` over rows packed four bytes at a time) do a quarter of
+    /// AVX2's instructions per block.
     pub fn best_available() -> Isa {
-        [Isa::Avx512Vnni, Isa::Avx2, Isa::NeonDotprod, Isa::Neon]
-            .into_iter()
-            .find(|i| i.is_available())
-            .unwrap_or(Isa::Scalar)
+        [
+            Isa::Amx,
+            Isa::Avx512Vnni,
+            Isa::Avx2,
+            Isa::NeonDotprod,
+            Isa::Neon,
+        ]
+        .into_iter()
+        .find(|i| i.is_available())
+        .unwrap_or(Isa::Scalar)
     }
 
     /// The ISA a `LAMINA_ISA` value asks for (`None` or empty: the best available).
@@ -94,6 +110,11 @@ impl Isa {
                 best: best.name(),
             })
         }
+    }
+
+    /// Whether the ISA's tables hold AVX-512 kernels (AVX-512 VNNI or AMX).
+    pub fn has_avx512(self) -> bool {
+        matches!(self, Isa::Avx512Vnni | Isa::Amx)
     }
 
     /// The ISA in use for this process: `LAMINA_ISA` read and checked once.
@@ -120,16 +141,18 @@ fn detect(isa: Isa) -> bool {
             && is_x86_feature_detected!("fma")
             && (cfg!(miri) || is_x86_feature_detected!("f16c"))
     };
+    let avx512 = || {
+        avx2()
+            && is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512vnni")
+    };
     match isa {
         Isa::Scalar => true,
         Isa::Avx2 => avx2(),
-        Isa::Avx512Vnni => {
-            avx2()
-                && is_x86_feature_detected!("avx512f")
-                && is_x86_feature_detected!("avx512bw")
-                && is_x86_feature_detected!("avx512vl")
-                && is_x86_feature_detected!("avx512vnni")
-        }
+        Isa::Avx512Vnni => avx512(),
+        Isa::Amx => avx512() && crate::x86_64::amx::usable(),
         Isa::Neon | Isa::NeonDotprod => false,
     }
 }
@@ -143,7 +166,7 @@ fn detect(isa: Isa) -> bool {
         Isa::NeonDotprod => {
             is_aarch64_feature_detected!("neon") && is_aarch64_feature_detected!("dotprod")
         }
-        Isa::Avx2 | Isa::Avx512Vnni => false,
+        Isa::Avx2 | Isa::Avx512Vnni | Isa::Amx => false,
     }
 }
 
@@ -176,7 +199,7 @@ mod tests {
         let e = Isa::resolve(Some("sse9")).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "LAMINA_ISA=\"sse9\" is not one of scalar, avx2, avx512, neon, dotprod"
+            "LAMINA_ISA=\"sse9\" is not one of scalar, avx2, avx512, amx, neon, dotprod"
         );
         // An ISA of the other architecture is never available.
         let foreign = if cfg!(target_arch = "aarch64") {

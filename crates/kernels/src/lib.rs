@@ -73,7 +73,7 @@ pub use lamina_gguf::GgmlType;
 #[non_exhaustive]
 pub enum KernelError {
     /// `LAMINA_ISA` named something that is not an ISA (the value given).
-    #[error("LAMINA_ISA={0:?} is not one of scalar, avx2, avx512, neon, dotprod")]
+    #[error("LAMINA_ISA={0:?} is not one of scalar, avx2, avx512, amx, neon, dotprod")]
     UnknownIsa(String),
     /// `LAMINA_ISA` forced an ISA this CPU cannot execute.
     #[error("LAMINA_ISA={requested}: this CPU lacks {missing} (best available: {best})")]

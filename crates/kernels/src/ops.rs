@@ -258,7 +258,7 @@ fn simd() -> Option<Simd> {
     *CHOSEN.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         match crate::Isa::selected() {
-            Ok(crate::Isa::Avx512Vnni) => {
+            Ok(crate::Isa::Avx512Vnni | crate::Isa::Amx) => {
                 return Some(Simd {
                     gelu_mul: crate::x86_64::avx512::gelu_mul,
                     silu_mul: crate::x86_64::avx512::silu_mul,

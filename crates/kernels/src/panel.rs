@@ -62,6 +62,9 @@ pub const PANEL_ROWS: usize = 16;
 /// Tokens per call of a wide panel kernel (a narrow one takes half).
 pub const PANEL_TOKENS: usize = 8;
 
+/// Tokens per group of a [`PanelFns::many`] kernel: one tile's rows.
+pub const MANY_TOKENS: usize = 16;
+
 /// Unpacks up to [`PANEL_ROWS`] consecutive weight rows of `cols` values
 /// (`rows`, whole rows) into `out` ([`PanelFns::panel_bytes`] long); missing
 /// rows are zeros and yield zeros.
@@ -96,6 +99,11 @@ pub struct PanelFns {
     /// the second's), each activation load feeding both; every output's
     /// bits are `wide`'s.
     pub pair: Option<PanelFn>,
+    /// Where the ISA has one: against any whole number of
+    /// [`MANY_TOKENS`]-token groups (the output's length says how many),
+    /// each panel block prepared once for all of them; every output's bits
+    /// are `wide`'s.
+    pub many: Option<PanelFn>,
     /// Panel bytes per weight block.
     pub block_bytes: usize,
     /// Prepared activation bytes per weight block.
@@ -461,6 +469,9 @@ pub struct StoredPanelFns {
     /// Where the ISA has one: two stored panels back to back against
     /// [`PANEL_TOKENS`] tokens ([`PanelFns::pair`]).
     pub pair: Option<PanelFn>,
+    /// Where the ISA has one: whole groups of [`MANY_TOKENS`] tokens on one
+    /// stored panel ([`PanelFns::many`]).
+    pub many: Option<PanelFn>,
     /// Stored bytes per weight block.
     pub block_bytes: usize,
     /// Where a stored block is packed tighter than the type's panel: a
@@ -483,6 +494,7 @@ impl StoredPanelFns {
             wide: self.wide,
             narrow: self.narrow,
             pair: self.pair,
+            many: self.many,
             block_bytes: self.block_bytes,
             ..p
         }

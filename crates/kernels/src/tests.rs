@@ -31,6 +31,31 @@ mod avx512_native {
     );
 }
 
+/// The AMX table natively, where the CPU has AMX and the OS grants it
+/// (Miri runs no assembly). Its tile kernel is the stored Q4_K panels'.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+mod amx_native {
+    use super::*;
+    crate::isa_proptests!(Isa::Amx;
+        f32 => F32, q4_0 => Q4_0, q5_0 => Q5_0, q8_0 => Q8_0, q4_k => Q4_K, q6_k => Q6_K,
+    );
+
+    /// The table's stored Q4_K panels are the tile unit's, not AVX-512's.
+    #[test]
+    fn stored_q4_k_panels_are_the_tile_units() {
+        if !crate::testutil::runs_here(Isa::Amx) {
+            return;
+        }
+        let stored = |isa| {
+            crate::testutil::entry(isa, crate::GgmlType::Q4_K)
+                .stored
+                .unwrap()
+        };
+        assert!(stored(Isa::Amx).many.is_some());
+        assert!(stored(Isa::Avx512Vnni).many.is_none());
+    }
+}
+
 /// Small deterministic cases for Miri (`.ci/isa-tests.sh`), which interprets
 /// the AVX-512 VNNI intrinsics ~1000× slower than native.
 #[cfg(target_arch = "x86_64")]

@@ -611,6 +611,9 @@ fn check_panel(k: &TypeKernels, n: usize, w: &[u8], cols: &[Vec<u8>], seed: u64,
                 );
             }
         }
+        if let Some(many) = p.many {
+            check_many(k, many, p.wide, n, &panel, &prepared, prow, seed);
+        }
         for (t, a) in cols.iter().enumerate() {
             for r in 0..checked {
                 let want = rows.get(r).map_or(0.0, |wr| (k.vec_dot)(n, wr, a));
@@ -626,6 +629,47 @@ fn check_panel(k: &TypeKernels, n: usize, w: &[u8], cols: &[Vec<u8>], seed: u64,
                     );
                 }
             }
+        }
+    }
+}
+
+/// A many-token kernel over `panel`, against one and then three groups of
+/// sixteen rows (the eight prepared rows forwards, then reversed, then in
+/// other orders): each output bit for bit as `wide` gives it for its eight.
+#[allow(clippy::too_many_arguments)]
+fn check_many(
+    k: &TypeKernels,
+    many: crate::panel::PanelFn,
+    wide: crate::panel::PanelFn,
+    n: usize,
+    panel: &[u8],
+    prepared: &[u8],
+    prow: usize,
+    seed: u64,
+) {
+    let rows: Vec<&[u8]> = prepared.chunks_exact(prow).collect();
+    let eights: Vec<Vec<u8>> = (0..6)
+        .map(|o| {
+            (0..8)
+                .flat_map(|t| rows[(t * (1 + o % 2 * 2) + o) % 8].to_vec())
+                .collect()
+        })
+        .collect();
+    for groups in [1, 3] {
+        let eights = &eights[..2 * groups];
+        let mut want = vec![f32::NAN; 16 * 8 * eights.len()];
+        for (e, want) in eights.iter().zip(want.chunks_exact_mut(16 * 8)) {
+            wide(n, panel, e, want);
+        }
+        let mut got = vec![f32::NAN; want.len()];
+        many(n, panel, &eights.concat(), &mut got);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                g.to_bits() == w.to_bits(),
+                "{} {}: {groups} group(s) in one call, output {i}: {g} vs wide {w} (seed {seed})",
+                k.isa,
+                k.weight
+            );
         }
     }
 }
@@ -710,6 +754,9 @@ fn check_stored(k: &TypeKernels, n: usize, w: &[u8], cols: &[Vec<u8>], seed: u64
     (s.wide)(n, &stored[pb..], &prepared, &mut wide);
     let mut narrow = vec![f32::NAN; 16 * 4];
     (s.narrow)(n, &stored[..pb], &prepared[4 * prow..], &mut narrow);
+    if let Some(many) = s.many {
+        check_many(k, many, s.wide, n, &stored[pb..], &prepared, prow, seed);
+    }
     // Both panels at once, each half as the wide kernel gives it.
     let mut pair = vec![f32::NAN; 2 * 16 * 8];
     if let Some(f) = s.pair {

@@ -6,7 +6,7 @@ use super::tasks::{RowTasks, TaperedTasks, panel_chunk_rows};
 use super::{Out, Scratch, Weights};
 use crate::TypeKernels;
 use crate::act_pack::TILE;
-use crate::panel::{PANEL_ROWS, PANEL_TOKENS, PanelFns};
+use crate::panel::{MANY_TOKENS, PANEL_ROWS, PANEL_TOKENS, PanelFns};
 use crate::pool::ThreadPool;
 
 /// Unpacked panels one panel task holds at once, at most (bytes).
@@ -18,6 +18,7 @@ const PANEL_ACT_BLOCK_BYTES: usize = 128 << 10;
 /// Tokens run over a slab of panels before the next ones, at most (a
 /// multiple of [`PANEL_TOKENS`]).
 const PANEL_TOKEN_BLOCK: usize = 128;
+const _: () = assert!(PANEL_TOKEN_BLOCK.is_multiple_of(MANY_TOKENS));
 
 /// Grows (never shrinks) `buf` to `len` bytes.
 fn grow(buf: &mut Vec<u8>, len: usize) {
@@ -281,8 +282,15 @@ fn panel_batch<const N: usize>(
     };
     let slab = slab.clamp(1, chunk / PANEL_ROWS);
     let task_bytes = slab * source.buf_bytes();
-    let token_block = (PANEL_ACT_BLOCK_BYTES / prow / PANEL_TOKENS * PANEL_TOKENS)
-        .clamp(PANEL_TOKENS, PANEL_TOKEN_BLOCK);
+    // A kernel that takes many tokens at once prepares each panel block once
+    // per call, so it gets the largest token blocks; the others get blocks
+    // whose prepared activations stay in cache across the slab's panels.
+    let token_block = if p.many.is_some() {
+        PANEL_TOKEN_BLOCK
+    } else {
+        (PANEL_ACT_BLOCK_BYTES / prow / PANEL_TOKENS * PANEL_TOKENS)
+            .clamp(PANEL_TOKENS, PANEL_TOKEN_BLOCK)
+    };
     grow(&mut scratch.panels, n_tasks * task_bytes);
     let panels_ptr = Out(scratch.panels.as_mut_ptr());
     let panels_ptr = &panels_ptr;
@@ -312,8 +320,8 @@ fn panel_batch<const N: usize>(
         // SAFETY: `scratch.panels` holds `n_tasks` buffers of `task_bytes` (grown
         // above); task `task` alone uses buffer `task`, which starts at `at`.
         let buf = unsafe { std::slice::from_raw_parts_mut(at, task_bytes) };
-        // Room for a pair of panels' outputs.
-        let mut out = [0.0f32; 2 * PANEL_ROWS * PANEL_TOKENS];
+        // Room for a pair of panels' outputs, or one panel's for a token block.
+        let mut out = [0.0f32; PANEL_ROWS * PANEL_TOKEN_BLOCK];
         for s0 in (r0..r1).step_by(slab * PANEL_ROWS) {
             let s1 = (s0 + slab * PANEL_ROWS).min(r1);
             let slab_panels: &[u8] = source.panels(w, s0, s1, &mut *buf);
@@ -330,7 +338,9 @@ fn panel_batch<const N: usize>(
                     let r = s0 + j * PANEL_ROWS;
                     let mut t = b0;
                     while t < b1 {
-                        let n = if t + PANEL_TOKENS <= b1 {
+                        let n = if p.many.is_some() && pair.is_none() && t + MANY_TOKENS <= b1 {
+                            (b1 - t) / MANY_TOKENS * MANY_TOKENS
+                        } else if t + PANEL_TOKENS <= b1 {
                             PANEL_TOKENS
                         } else {
                             PANEL_TOKENS / 2
@@ -351,7 +361,11 @@ fn panel_batch<const N: usize>(
                                 f(cols, panels, acts, &mut out[..2 * PANEL_ROWS * n])
                             }
                             _ => {
-                                let f = if n == PANEL_TOKENS { p.wide } else { p.narrow };
+                                let f = match (n, p.many) {
+                                    (PANEL_TOKENS, _) => p.wide,
+                                    (n, Some(many)) if n % MANY_TOKENS == 0 => many,
+                                    _ => p.narrow,
+                                };
                                 for (panel, out) in panels
                                     .chunks_exact(pbytes)
                                     .zip(out.chunks_exact_mut(PANEL_ROWS * n))

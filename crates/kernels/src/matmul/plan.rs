@@ -158,6 +158,7 @@ mod tests {
             wide: no_panel,
             narrow: no_panel,
             pair: None,
+            many: None,
             block_bytes: 576,
             act_block_bytes: 40,
             block_values: 32,
@@ -174,6 +175,7 @@ mod tests {
             wide: no_panel,
             narrow: no_panel,
             pair: None,
+            many: None,
             block_bytes: 352,
             unpack: unpack.then_some(other_unpack as crate::panel::UnpackFn),
         }

@@ -8,11 +8,14 @@
 //! tile. Every AVX-512 kernel keeps AVX2's arithmetic, so a token gets the
 //! same bits from either table.
 //! The legacy row kernels stay AVX2's: a VNNI version is no faster there.
+//! [`AMX`] starts from [`AVX512`] and multiplies the legacy panels (Q8_0,
+//! Q4_0, Q5_0 unpacked; Q8_0 stored) on the tile unit, with their bits.
 //!
 //! Each entry is a named constant built with struct-update syntax from the
 //! scalar entry (or, for AVX-512, the AVX2 entry): every field an ISA
 //! replaces is named where it is set.
 
+pub(crate) mod amx;
 pub(crate) mod avx2;
 pub(crate) mod avx512;
 mod common;
@@ -93,6 +96,7 @@ const AVX2_Q4_0: TypeKernels = TypeKernels {
         wide: avx2::panel8_q4_0,
         narrow: avx2::panel4_q4_0,
         pair: None,
+        many: None,
         block_bytes: panel::LEGACY_BLOCK,
         act_block_bytes: panel::LEGACY_ACT,
         block_values: 32,
@@ -131,6 +135,7 @@ const AVX2_Q5_0: TypeKernels = TypeKernels {
         wide: avx2::panel8_q5_0,
         narrow: avx2::panel4_q5_0,
         pair: None,
+        many: None,
         block_bytes: panel::LEGACY_BLOCK,
         act_block_bytes: panel::LEGACY_ACT,
         block_values: 32,
@@ -171,6 +176,7 @@ const AVX2_Q8_0: TypeKernels = TypeKernels {
         wide: avx2::panel8_q8_0,
         narrow: avx2::panel4_q8_0,
         pair: None,
+        many: None,
         block_bytes: panel::Q8_0_I16_BLOCK,
         act_block_bytes: panel::Q8_0_I16_ACT,
         block_values: 32,
@@ -222,6 +228,7 @@ const AVX2_Q4_K: TypeKernels = TypeKernels {
         wide: avx2::panel8_q4_k,
         narrow: avx2::panel4_q4_k,
         pair: None,
+        many: None,
         block_bytes: panel::Q4_K_BLOCK,
         act_block_bytes: panel::Q4_K_ACT,
         block_values: 256,
@@ -266,6 +273,7 @@ const AVX2_Q6_K: TypeKernels = TypeKernels {
         wide: avx2::panel8_q6_k,
         narrow: avx2::panel4_q6_k,
         pair: None,
+        many: None,
         block_bytes: panel::Q6_K_BLOCK,
         act_block_bytes: panel::Q6_K_ACT,
         block_values: 256,
@@ -290,6 +298,7 @@ const AVX512_LEGACY_PANEL: PanelFns = PanelFns {
     wide: avx512::panel8_legacy,
     narrow: avx512::panel4_legacy,
     pair: None,
+    many: None,
     block_bytes: panel::LEGACY_BLOCK,
     act_block_bytes: panel::LEGACY_ACT,
     block_values: 32,
@@ -340,6 +349,7 @@ const AVX512_Q5_0: TypeKernels = TypeKernels {
         wide: avx512::panel8_stored_q5_0,
         narrow: avx512::panel4_stored_q5_0,
         pair: None,
+        many: None,
         block_bytes: panel::STORED_Q5_0_BLOCK,
         unpack: Some(avx512::unpack_stored_q5_0),
     }),
@@ -366,6 +376,7 @@ const AVX512_Q8_0: TypeKernels = TypeKernels {
         wide: avx512::panel8_stored_q8_0,
         narrow: avx512::panel4_stored_q8_0,
         pair: None,
+        many: None,
         block_bytes: panel::STORED_Q8_0_BLOCK,
         // Its stored blocks are the panel's, scales as f16.
         unpack: None,
@@ -392,6 +403,7 @@ const AVX512_Q4_K: TypeKernels = TypeKernels {
         wide: avx512::panel8_q4_k,
         narrow: avx512::panel4_q4_k,
         pair: Some(avx512::panel8_pair_q4_k),
+        many: None,
         block_bytes: panel::Q4_K_BLOCK,
         act_block_bytes: panel::Q4_K_ACT,
         block_values: 256,
@@ -406,6 +418,7 @@ const AVX512_Q4_K: TypeKernels = TypeKernels {
         wide: avx512::panel8_stored_q4_k,
         narrow: avx512::panel4_stored_q4_k,
         pair: Some(avx512::panel8_pair_stored_q4_k),
+        many: None,
         block_bytes: panel::STORED_Q4_K_BLOCK,
         // Multiplied where they lie at every batch size: the pair kernel
         // reads half the bytes an unpacked panel has.
@@ -432,6 +445,7 @@ const AVX512_Q6_K: TypeKernels = TypeKernels {
         wide: avx512::panel8_q6_k,
         narrow: avx512::panel4_q6_k,
         pair: Some(avx512::panel8_pair_q6_k),
+        many: None,
         block_bytes: panel::Q6_K_BLOCK,
         act_block_bytes: panel::Q6_K_ACT,
         block_values: 256,
@@ -446,6 +460,7 @@ const AVX512_Q6_K: TypeKernels = TypeKernels {
         wide: avx512::panel8_stored_q6_k,
         narrow: avx512::panel4_stored_q6_k,
         pair: None,
+        many: None,
         block_bytes: panel::STORED_Q6_K_BLOCK,
         unpack: Some(avx512::unpack_stored_q6_k),
     }),
@@ -484,4 +499,43 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
     AVX512_Q4_K,
     on_avx512(AVX2_Q5_K),
     AVX512_Q6_K,
+];
+
+// -------------------------------------------------------------------- AMX
+
+/// An AVX-512 entry's kernels, tagged as the AMX table's.
+const fn on_amx(k: TypeKernels) -> TypeKernels {
+    TypeKernels { isa: Isa::Amx, ..k }
+}
+
+/// Q4_K with stored panels the tile unit multiplies sixteen tokens at a
+/// time; the driver takes them in place of the AVX-512 pairs.
+const AMX_Q4_K: TypeKernels = {
+    let Some(s) = AVX512_Q4_K.stored else {
+        panic!("Q4_K without stored panels")
+    };
+    TypeKernels {
+        stored: Some(StoredPanelFns {
+            pair: None,
+            many: Some(amx::panel_many_stored_q4_k),
+            ..s
+        }),
+        ..on_amx(AVX512_Q4_K)
+    }
+};
+
+pub(crate) static AMX: [TypeKernels; 13] = [
+    on_amx(AVX512_F32),
+    on_amx(on_avx512(AVX2_F16)),
+    on_amx(on_avx512(AVX2_BF16)),
+    on_amx(AVX512_Q4_0),
+    on_amx(on_avx512(AVX2_Q4_1)),
+    on_amx(AVX512_Q5_0),
+    on_amx(on_avx512(AVX2_Q5_1)),
+    on_amx(AVX512_Q8_0),
+    on_amx(on_avx512(AVX2_Q2_K)),
+    on_amx(on_avx512(AVX2_Q3_K)),
+    AMX_Q4_K,
+    on_amx(on_avx512(AVX2_Q5_K)),
+    on_amx(AVX512_Q6_K),
 ];

@@ -17,7 +17,7 @@ unsafe fn load16_f32(p: *const u8) -> __m512 {
 
 /// 16 f16 at `p`, widened (exactly) to f32.
 #[inline(always)]
-pub(super) unsafe fn load16_f16(p: *const u8) -> __m512 {
+pub(crate) unsafe fn load16_f16(p: *const u8) -> __m512 {
     // SAFETY: the caller passes 32 readable bytes; AVX-512F is enabled.
     unsafe {
         if cfg!(miri) {

@@ -12,7 +12,7 @@ pub(super) unsafe fn bcast(p: *const u8) -> __m512i {
 }
 
 #[inline(always)]
-pub(super) unsafe fn load512(p: *const u8) -> __m512i {
+pub(crate) unsafe fn load512(p: *const u8) -> __m512i {
     // SAFETY: the caller passes 64 readable bytes; unaligned load.
     unsafe { _mm512_loadu_si512(p.cast()) }
 }

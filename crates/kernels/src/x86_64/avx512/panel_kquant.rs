@@ -148,7 +148,7 @@ pub(super) unsafe fn q4_k_panel_ahead<const T: usize, const STORED: bool>(
 /// The mins' chain of a Q4_K panel (or stored) against `T` prepared rows:
 /// per super-block `accm = fma(dmin_w·d_a, Σ_s min_s · Σa_s, accm)`.
 #[inline(always)]
-unsafe fn q4_k_min_sums<const T: usize, const STORED: bool>(
+pub(crate) unsafe fn q4_k_min_sums<const T: usize, const STORED: bool>(
     nb: usize,
     panel: *const u8,
     acts: *const u8,
@@ -292,7 +292,7 @@ unsafe fn lane_bytes4() -> __m512i {
 /// Sub-block `sb`'s scale of a stored Q4_K super-block's `meta`
 /// ([`stored_q4_k_meta`]), one row per i32 lane.
 #[inline(always)]
-pub(super) unsafe fn q4_k_scale(meta: &[__m512i; 4], sb: usize) -> __m512i {
+pub(crate) unsafe fn q4_k_scale(meta: &[__m512i; 4], sb: usize) -> __m512i {
     // SAFETY: AVX-512F/BW are enabled in every caller.
     unsafe {
         // Byte `sb % 4` of the lane's dword, then three zeros.
@@ -321,7 +321,7 @@ pub(super) unsafe fn q4_k_min_pair(meta: &[__m512i; 4], q: usize) -> __m512i {
 /// i32 lane: scales 0..4, scales 4..8, mins 0..4, mins 4..8 (ggml's
 /// `get_scale_min_k4` on the three dwords of twelve bytes).
 #[inline(always)]
-pub(super) unsafe fn stored_q4_k_meta(p: *const u8) -> [__m512i; 4] {
+pub(crate) unsafe fn stored_q4_k_meta(p: *const u8) -> [__m512i; 4] {
     // SAFETY: a whole stored super-block (the caller's contract); AVX-512F/BW.
     unsafe {
         let d0 = load512(p.add(2048));
