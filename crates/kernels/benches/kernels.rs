@@ -62,9 +62,10 @@ fn weights(ty: GgmlType, rows: usize, cols: usize) -> memmap2::MmapMut {
 }
 
 /// The int8 multiply-add peak in GOP/s (2 per multiply-add), all threads: a
-/// register-only loop of the selected ISA's instruction — eight independent
-/// chains of `vpdpbusd` (AVX-512 VNNI: 256-bit as the kernels use it, and
-/// 512-bit; the larger figure is the peak) or of `vpmaddubsw` (AVX2).
+/// register-only loop of the selected ISA's instruction — twelve independent
+/// chains of `vpdpbusd` (AVX-512 VNNI, and AMX's vector side: 256-bit as the
+/// kernels use it, and 512-bit; the larger figure is the peak), enough to
+/// cover its latency on two ports, or of `vpmaddubsw` (AVX2).
 /// Elsewhere, the Q8_0 row kernel on L1-resident rows stands in.
 fn probe_int8_peak() -> f64 {
     let threads = rayon::current_num_threads();
@@ -75,7 +76,9 @@ fn probe_int8_peak() -> f64 {
         for (name, kernel, bytes) in kernels {
             let t = Instant::now();
             rayon::broadcast(|_| black_box(kernel(iters)));
-            let gops = (threads * iters * 8 * bytes * 2) as f64 / t.elapsed().as_secs_f64() / 1e9;
+            let gops = (threads * iters * x86_peak::CHAINS * bytes * 2) as f64
+                / t.elapsed().as_secs_f64()
+                / 1e9;
             eprintln!("int8 multiply-add, {name}: {gops:.1} GOP/s");
             peak = peak.max(gops);
         }
@@ -121,13 +124,16 @@ mod x86_peak {
     use super::Isa;
     use std::arch::x86_64::*;
 
-    /// `iters` rounds of 8 instructions; returns a value to keep.
+    /// Independent chains per round of a peak loop.
+    pub const CHAINS: usize = 12;
+
+    /// `iters` rounds of [`CHAINS`] instructions; returns a value to keep.
     pub type Kernel = fn(usize) -> i32;
 
     /// The ISA's peak loops: (name, loop, multiply-adds per instruction).
     pub fn kernels(isa: Isa) -> Option<Vec<(&'static str, Kernel, usize)>> {
         match isa {
-            Isa::Avx512Vnni => Some(vec![
+            Isa::Avx512Vnni | Isa::Amx => Some(vec![
                 (
                     "256-bit vpdpbusd",
                     |n| {
@@ -160,7 +166,7 @@ mod x86_peak {
     #[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
     unsafe fn vnni512(iters: usize) -> i32 {
         let (u, s) = std::hint::black_box((_mm512_set1_epi8(3), _mm512_set1_epi8(-5)));
-        let mut acc = [_mm512_setzero_si512(); 8];
+        let mut acc = [_mm512_setzero_si512(); CHAINS];
         for _ in 0..iters {
             for a in acc.iter_mut() {
                 *a = _mm512_dpbusd_epi32(*a, u, s);
@@ -175,7 +181,7 @@ mod x86_peak {
     #[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
     unsafe fn vnni(iters: usize) -> i32 {
         let (u, s) = std::hint::black_box((_mm256_set1_epi8(3), _mm256_set1_epi8(-5)));
-        let mut acc = [_mm256_setzero_si256(); 8];
+        let mut acc = [_mm256_setzero_si256(); CHAINS];
         for _ in 0..iters {
             for a in acc.iter_mut() {
                 *a = _mm256_dpbusd_epi32(*a, u, s);
@@ -208,7 +214,7 @@ mod x86_peak {
     #[target_feature(enable = "avx2")]
     unsafe fn avx2(iters: usize) -> i32 {
         let u = std::hint::black_box(_mm256_set1_epi8(3));
-        let mut acc: [__m256i; 8] = std::array::from_fn(|k| _mm256_set1_epi8(k as i8 - 4));
+        let mut acc: [__m256i; CHAINS] = std::array::from_fn(|k| _mm256_set1_epi8(k as i8 - 4));
         for _ in 0..iters {
             for a in acc.iter_mut() {
                 *a = _mm256_maddubs_epi16(u, *a);
