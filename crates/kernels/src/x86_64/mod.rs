@@ -8,8 +8,8 @@
 //! tile. Every AVX-512 kernel keeps AVX2's arithmetic, so a token gets the
 //! same bits from either table.
 //! The legacy row kernels stay AVX2's: a VNNI version is no faster there.
-//! [`AMX`] starts from [`AVX512`] and multiplies the legacy panels (Q8_0,
-//! Q4_0, Q5_0 unpacked; Q8_0 stored) on the tile unit, with their bits.
+//! [`AMX`] starts from [`AVX512`] and multiplies stored Q4_K batches on the
+//! tile unit, sixteen tokens a group, with their bits.
 //!
 //! Each entry is a named constant built with struct-update syntax from the
 //! scalar entry (or, for AVX-512, the AVX2 entry): every field an ISA

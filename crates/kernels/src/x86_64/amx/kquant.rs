@@ -71,8 +71,8 @@ unsafe fn expand(p: *const u8, e: &mut Expanded) {
 /// prepared rows' quants (`arow` bytes apart, from `a`).
 ///
 /// # Safety
-/// Tiles configured ([`configure`]), `T` being their rows; `a` holds `T` rows of 256
-/// bytes `arow` apart.
+/// Tiles configured ([`configure`]), `T` being their rows; `a` holds `T`
+/// rows of 256 bytes `arow` apart.
 #[inline(always)]
 unsafe fn tile_sums<const T: usize>(a: *const u8, arow: usize, e: &Expanded, sums: &mut Sums<T>) {
     // SAFETY: the caller's contract; `e` holds the eight weight tiles and
@@ -231,17 +231,19 @@ unsafe fn q4_k_many(
         };
         // A window of super-blocks expanded at a time, small enough to stay
         // in L1 while every group of tokens multiplies it.
-        let mut e = [Expanded([[[0; 64]; 16]; 8]), Expanded([[[0; 64]; 16]; 8])];
+        let mut e: [Expanded; WINDOW] = std::array::from_fn(|_| Expanded([[[0; 64]; 16]; 8]));
+        let mut dws = [_mm512_setzero_ps(); WINDOW];
         for i0 in (0..nb).step_by(WINDOW) {
             let i1 = (i0 + WINDOW).min(nb);
-            for (i, e) in (i0..i1).zip(e.iter_mut()) {
-                expand(panel.add(i * STORED_Q4_K_BLOCK), e);
+            for ((i, e), dw) in (i0..i1).zip(e.iter_mut()).zip(dws.iter_mut()) {
+                let p = panel.add(i * STORED_Q4_K_BLOCK);
+                expand(p, e);
+                *dw = load16_f16(p.add(2240));
             }
             let mut g = 0;
             while g < groups {
                 let two = g + 1 < groups;
-                for (i, e) in (i0..i1).zip(e.iter()) {
-                    let dw = load16_f16(panel.add(i * STORED_Q4_K_BLOCK + 2240));
+                for ((i, e), &dw) in (i0..i1).zip(e.iter()).zip(dws.iter()) {
                     if two {
                         tile_sums2::<T>([y(g, i).add(4), y(g + 1, i).add(4)], arow, e, &mut sums);
                     } else {
