@@ -36,8 +36,9 @@
 //!   bytes of quants (0..15) as above; then per sub-block the rows' scales as
 //!   i32 (`4096 + 64s`); then per pair `p` of sub-blocks the rows' mins as i16
 //!   pairs `(m[2p], m[2p+1])` (`4608 + 64p`); then `d` and `dmin` as f32
-//!   (4864, 4928). Prepared activations (276 bytes): `d` as f32, the 256
-//!   quants, and the eight 32-value sums as i16.
+//!   (4864, 4928). Prepared activations (320 bytes): `d` as f32, the eight
+//!   32-value sums as i16 (4), and the 256 quants from the block's second
+//!   cache line (64), so that a tile row of 64 quants never straddles two.
 //! * Q6_K (5248 bytes per 256 values): per 16-value sub-block `s`, 4 × 64
 //!   bytes of signed quants `q − 32`; then per sub-block the rows' scales as
 //!   i32 (`4096 + 64s`); then each row's `Σ_s scale_s · (−128 · Σ(q − 32))`
@@ -134,7 +135,10 @@ pub(crate) const Q8_0_I16_BLOCK: usize = 1088;
 pub(crate) const Q8_0_I16_ACT: usize = 68;
 /// Bytes per super-block of the Q4_K panel and of its prepared activations.
 pub(crate) const Q4_K_BLOCK: usize = 4992;
-pub(crate) const Q4_K_ACT: usize = 276;
+pub(crate) const Q4_K_ACT: usize = 320;
+/// Where a prepared Q4_K block's 32-value sums and its quants start.
+pub(crate) const Q4_K_ACT_SUMS: usize = 4;
+pub(crate) const Q4_K_ACT_QUANTS: usize = 64;
 /// Bytes per super-block of the Q6_K panel and of its prepared activations.
 pub(crate) const Q6_K_BLOCK: usize = 5248;
 pub(crate) const Q6_K_ACT: usize = 260;
@@ -335,12 +339,15 @@ pub(crate) fn prepare_q4_k(cols: usize, act: &[u8], out: &mut [u8]) {
         .chunks_exact(Q8_K_BYTES)
         .zip(out.chunks_exact_mut(Q4_K_ACT))
     {
-        dst[..260].copy_from_slice(&b[..260]);
+        dst[..4].copy_from_slice(&b[..4]);
+        dst[Q4_K_ACT_QUANTS..].copy_from_slice(&b[4..260]);
+        dst[Q4_K_ACT_SUMS + 16..Q4_K_ACT_QUANTS].fill(0);
         for s in 0..8 {
             let bsum = |i: usize| i16::from_le_bytes([b[260 + 2 * i], b[261 + 2 * i]]);
             // |Σ| ≤ 32·128: an i16.
             let sum = bsum(2 * s) + bsum(2 * s + 1);
-            dst[260 + 2 * s..262 + 2 * s].copy_from_slice(&sum.to_le_bytes());
+            let at = Q4_K_ACT_SUMS + 2 * s;
+            dst[at..at + 2].copy_from_slice(&sum.to_le_bytes());
         }
     }
 }

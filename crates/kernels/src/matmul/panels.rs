@@ -20,6 +20,9 @@ const PANEL_ACT_BLOCK_BYTES: usize = 128 << 10;
 const PANEL_TOKEN_BLOCK: usize = 128;
 const _: () = assert!(PANEL_TOKEN_BLOCK.is_multiple_of(MANY_TOKENS));
 
+/// A cache line, where the prepared rows start.
+const LINE: usize = 64;
+
 /// Grows (never shrinks) `buf` to `len` bytes.
 fn grow(buf: &mut Vec<u8>, len: usize) {
     if buf.len() < len {
@@ -232,10 +235,14 @@ fn panel_batch<const N: usize>(
     );
     let padded = tokens.next_multiple_of(PANEL_TOKENS / 2);
     scratch.reserve(k, cols, tokens);
-    grow(&mut scratch.packed, padded * prow);
-    scratch.packed[tokens * prow..padded * prow].fill(0);
+    // The prepared rows start on a cache line, as their blocks' quants do
+    // within them (the tile unit's loads of 64 quants then each read one).
+    grow(&mut scratch.packed, padded * prow + LINE);
+    let at = scratch.packed.as_ptr().addr().wrapping_neg() % LINE;
+    let packed = &mut scratch.packed[at..at + padded * prow];
+    packed[tokens * prow..].fill(0);
     let acts_ptr = Out(scratch.buf.as_mut_ptr());
-    let prep_ptr = Out(scratch.packed.as_mut_ptr());
+    let prep_ptr = Out(packed.as_mut_ptr());
     let (acts_ptr, prep_ptr) = (&acts_ptr, &prep_ptr);
     let prepare = |u: usize| {
         let (t0, t1) = (u * TILE, ((u + 1) * TILE).min(tokens));
@@ -262,7 +269,7 @@ fn panel_batch<const N: usize>(
     } else {
         (0..units).for_each(prepare);
     }
-    let prepared = &scratch.packed[..padded * prow];
+    let prepared = &scratch.packed[at..at + padded * prow];
     // Tasks of whole panels; each unpacks into its own panel buffer.
     let total_rows: usize = wms.iter().map(|w| w.rows).sum();
     let chunk = panel_chunk_rows(total_rows, pool.threads());

@@ -7,7 +7,7 @@
 //! kernel's, so every output keeps its bits.
 
 use super::configure;
-use crate::panel::{MANY_TOKENS, Q4_K_ACT, STORED_Q4_K_BLOCK};
+use crate::panel::{MANY_TOKENS, Q4_K_ACT, Q4_K_ACT_QUANTS, STORED_Q4_K_BLOCK};
 use crate::x86_64::avx512::{load16_f16, load512, q4_k_min_sums, q4_k_scale, stored_q4_k_meta};
 use crate::x86_64::common::f32_at;
 use core::arch::asm;
@@ -245,9 +245,10 @@ unsafe fn q4_k_many(
                 let two = g + 1 < groups;
                 for ((i, e), &dw) in (i0..i1).zip(e.iter()).zip(dws.iter()) {
                     if two {
-                        tile_sums2::<T>([y(g, i).add(4), y(g + 1, i).add(4)], arow, e, &mut sums);
+                        let q = |g| y(g, i).add(Q4_K_ACT_QUANTS);
+                        tile_sums2::<T>([q(g), q(g + 1)], arow, e, &mut sums);
                     } else {
-                        tile_sums::<T>(y(g, i).add(4), arow, e, &mut sums[0]);
+                        tile_sums::<T>(y(g, i).add(Q4_K_ACT_QUANTS), arow, e, &mut sums[0]);
                     }
                     for (h, sums) in sums.iter().enumerate().take(1 + two as usize) {
                         step(g + h, i, dw, sums);

@@ -16,8 +16,8 @@
 
 use super::*;
 use crate::panel::{
-    LEGACY_ACT, LEGACY_BLOCK, Q4_K_ACT, Q4_K_BLOCK, Q6_K_ACT, Q6_K_BLOCK, Q8_0_I16_ACT,
-    Q8_0_I16_BLOCK,
+    LEGACY_ACT, LEGACY_BLOCK, Q4_K_ACT, Q4_K_ACT_QUANTS, Q4_K_ACT_SUMS, Q4_K_BLOCK, Q6_K_ACT,
+    Q6_K_BLOCK, Q8_0_I16_ACT, Q8_0_I16_BLOCK,
 };
 
 /// Tokens per pass.
@@ -189,7 +189,10 @@ unsafe fn q4_k_half(nb: usize, panel: *const u8, ys: [*const u8; G]) -> [__m256;
                 for k in 0..8 {
                     let w = load256(p.add(512 * s + 64 * k));
                     for t in 0..G {
-                        let m = _mm256_maddubs_epi16(w, bcast(y[t].add(4 + 32 * s + 4 * k)));
+                        let m = _mm256_maddubs_epi16(
+                            w,
+                            bcast(y[t].add(Q4_K_ACT_QUANTS + 32 * s + 4 * k)),
+                        );
                         s16[t] = _mm256_add_epi16(s16[t], m);
                     }
                 }
@@ -210,7 +213,7 @@ unsafe fn q4_k_half(nb: usize, panel: *const u8, ys: [*const u8; G]) -> [__m256;
             for pair in 0..4 {
                 let mins = load256(p.add(4608 + 64 * pair));
                 for t in 0..G {
-                    let m = _mm256_madd_epi16(mins, bcast(y[t].add(260 + 4 * pair)));
+                    let m = _mm256_madd_epi16(mins, bcast(y[t].add(Q4_K_ACT_SUMS + 4 * pair)));
                     m32[t] = _mm256_add_epi32(m32[t], m);
                 }
             }

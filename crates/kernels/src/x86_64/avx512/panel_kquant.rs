@@ -2,6 +2,7 @@
 //! stored panels.
 
 use super::*;
+use crate::panel::{Q4_K_ACT_QUANTS, Q4_K_ACT_SUMS};
 
 /// `s + vpmaddwd(x, scale)` per i32 lane (so `s + x · scale` for
 /// `|x| < 2^15` and a scale `0 ≤ scale < 2^15`, its lane read as the i16
@@ -118,7 +119,7 @@ pub(super) unsafe fn q4_k_panel_ahead<const T: usize, const STORED: bool>(
                     load512(p.add(4096 + 64 * sb))
                 };
                 for t in 0..T {
-                    let y = ys[t].add(4 + 32 * sb);
+                    let y = ys[t].add(Q4_K_ACT_QUANTS + 32 * sb);
                     let mut a0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], bcast(y));
                     let mut a1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], bcast(y.add(4)));
                     for k in 1..4 {
@@ -180,9 +181,9 @@ pub(crate) unsafe fn q4_k_min_sums<const T: usize, const STORED: bool>(
             };
             for t in 0..T {
                 let y = ys[t];
-                let mut m = _mm512_madd_epi16(mins[0], bcast(y.add(260)));
+                let mut m = _mm512_madd_epi16(mins[0], bcast(y.add(Q4_K_ACT_SUMS)));
                 for (q, &mins) in mins.iter().enumerate().skip(1) {
-                    m = scale_add(m, mins, bcast(y.add(260 + 4 * q)));
+                    m = scale_add(m, mins, bcast(y.add(Q4_K_ACT_SUMS + 4 * q)));
                 }
                 let dm = _mm512_mul_ps(dmw, _mm512_set1_ps(f32_at(y)));
                 accm[t] = _mm512_fmadd_ps(dm, _mm512_cvtepi32_ps(m), accm[t]);
@@ -248,7 +249,7 @@ pub(super) unsafe fn q4_k_pair<const T: usize, const STORED: bool>(
                         };
                     }
                     for t in 0..T {
-                        let y = bcast(ys[t].add(4 + 32 * sb + 4 * k));
+                        let y = bcast(ys[t].add(Q4_K_ACT_QUANTS + 32 * sb + 4 * k));
                         c[0][t] = _mm512_dpbusd_epi32(c[0][t], w[0], y);
                         c[1][t] = _mm512_dpbusd_epi32(c[1][t], w[1], y);
                     }
