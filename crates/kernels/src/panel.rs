@@ -42,10 +42,11 @@
 //! * Q6_K (5248 bytes per 256 values): per 16-value sub-block `s`, 4 × 64
 //!   bytes of signed quants `q − 32`; then per sub-block the rows' scales as
 //!   i32 (`4096 + 64s`); then each row's `Σ_s scale_s · (−128 · Σ(q − 32))`
-//!   as i32 (5120); then `d` as f32 (5184). Prepared activations (260
-//!   bytes): `d` as f32 and the quants plus 128, unsigned, so that signed
-//!   weights meet unsigned activations in `vpdpbusd`; the super-block sum
-//!   starts from the row's stored term, which takes the 128 back.
+//!   as i32 (5120); then `d` as f32 (5184). Prepared activations (320
+//!   bytes): `d` as f32, then from the block's second cache line (64) the
+//!   quants plus 128, unsigned, so that signed weights meet unsigned
+//!   activations in `vpdpbusd`; the super-block sum starts from the row's
+//!   stored term, which takes the 128 back.
 //! * Q8_0 as i16 (AVX2, 1088 bytes per 32 values): for pair `k` in 0..16,
 //!   64 bytes holding quants `2k, 2k+1` of each row as an i16 pair; then the
 //!   rows' 16 scales as f32. Prepared activations (68 bytes): the 32 quants
@@ -141,7 +142,9 @@ pub(crate) const Q4_K_ACT_SUMS: usize = 4;
 pub(crate) const Q4_K_ACT_QUANTS: usize = 64;
 /// Bytes per super-block of the Q6_K panel and of its prepared activations.
 pub(crate) const Q6_K_BLOCK: usize = 5248;
-pub(crate) const Q6_K_ACT: usize = 260;
+pub(crate) const Q6_K_ACT: usize = 320;
+/// Where a prepared Q6_K block's quants start.
+pub(crate) const Q6_K_ACT_QUANTS: usize = 64;
 /// Bytes of a Q8_K block (the K-quants' activations): its scale (f32), 256
 /// quants, the sums of each 16 (i16).
 pub(crate) const Q8_K_BYTES: usize = 292;
@@ -420,7 +423,8 @@ pub(crate) fn prepare_q6_k(cols: usize, act: &[u8], out: &mut [u8]) {
         .zip(out.chunks_exact_mut(Q6_K_ACT))
     {
         dst[..4].copy_from_slice(&b[..4]);
-        for (d, &q) in dst[4..].iter_mut().zip(&b[4..260]) {
+        dst[4..Q6_K_ACT_QUANTS].fill(0);
+        for (d, &q) in dst[Q6_K_ACT_QUANTS..].iter_mut().zip(&b[4..260]) {
             *d = q ^ 0x80;
         }
     }

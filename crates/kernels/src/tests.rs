@@ -40,19 +40,18 @@ mod amx_native {
         f32 => F32, q4_0 => Q4_0, q5_0 => Q5_0, q8_0 => Q8_0, q4_k => Q4_K, q6_k => Q6_K,
     );
 
-    /// The table's stored Q4_K panels are the tile unit's, not AVX-512's.
+    /// The table's stored Q4_K and Q6_K panels are the tile unit's, not
+    /// AVX-512's.
     #[test]
-    fn stored_q4_k_panels_are_the_tile_units() {
+    fn stored_k_quant_panels_are_the_tile_units() {
         if !crate::testutil::runs_here(Isa::Amx) {
             return;
         }
-        let stored = |isa| {
-            crate::testutil::entry(isa, crate::GgmlType::Q4_K)
-                .stored
-                .unwrap()
-        };
-        assert!(stored(Isa::Amx).many.is_some());
-        assert!(stored(Isa::Avx512Vnni).many.is_none());
+        for ty in [crate::GgmlType::Q4_K, crate::GgmlType::Q6_K] {
+            let stored = |isa| crate::testutil::entry(isa, ty).stored.unwrap();
+            assert!(stored(Isa::Amx).many.is_some(), "{ty}");
+            assert!(stored(Isa::Avx512Vnni).many.is_none(), "{ty}");
+        }
     }
 }
 

@@ -524,6 +524,23 @@ const AMX_Q4_K: TypeKernels = {
     }
 };
 
+/// Q6_K likewise: its batches no longer unpack the stored panels for
+/// AVX-512's pairs.
+const AMX_Q6_K: TypeKernels = {
+    let Some(s) = AVX512_Q6_K.stored else {
+        panic!("Q6_K without stored panels")
+    };
+    TypeKernels {
+        stored: Some(StoredPanelFns {
+            unpack: None,
+            pair: None,
+            many: Some(amx::panel_many_stored_q6_k),
+            ..s
+        }),
+        ..on_amx(AVX512_Q6_K)
+    }
+};
+
 pub(crate) static AMX: [TypeKernels; 13] = [
     on_amx(AVX512_F32),
     on_amx(on_avx512(AVX2_F16)),
@@ -537,5 +554,5 @@ pub(crate) static AMX: [TypeKernels; 13] = [
     on_amx(on_avx512(AVX2_Q3_K)),
     AMX_Q4_K,
     on_amx(on_avx512(AVX2_Q5_K)),
-    on_amx(AVX512_Q6_K),
+    AMX_Q6_K,
 ];

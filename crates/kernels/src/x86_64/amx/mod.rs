@@ -14,9 +14,12 @@ use crate::panel::MANY_TOKENS;
 use core::arch::asm;
 use std::cell::Cell;
 
-mod kquant;
+mod q4_k;
+mod q6_k;
+mod tiles;
 
-pub(crate) use kquant::*;
+pub(crate) use q4_k::*;
+pub(crate) use q6_k::*;
 
 /// Whether this process may run the tile instructions: the CPU has AMX-TILE
 /// and AMX-INT8, and the kernel granted the tile state (asked once).

@@ -17,7 +17,7 @@
 use super::*;
 use crate::panel::{
     LEGACY_ACT, LEGACY_BLOCK, Q4_K_ACT, Q4_K_ACT_QUANTS, Q4_K_ACT_SUMS, Q4_K_BLOCK, Q6_K_ACT,
-    Q6_K_BLOCK, Q8_0_I16_ACT, Q8_0_I16_BLOCK,
+    Q6_K_ACT_QUANTS, Q6_K_BLOCK, Q8_0_I16_ACT, Q8_0_I16_BLOCK,
 };
 
 /// Tokens per pass.
@@ -250,7 +250,7 @@ unsafe fn q6_k_half(nb: usize, panel: *const u8, ys: [*const u8; G]) -> [__m256;
                         load256(p.add(256 * s + 128 * j + 64)),
                     );
                     for t in 0..G {
-                        let a = y[t].add(4 + 16 * s + 8 * j);
+                        let a = y[t].add(Q6_K_ACT_QUANTS + 16 * s + 8 * j);
                         let m0 = _mm256_maddubs_epi16(bcast(a), w0);
                         let m1 = _mm256_maddubs_epi16(bcast(a.add(4)), w1);
                         let s16 = _mm256_add_epi16(m0, m1);

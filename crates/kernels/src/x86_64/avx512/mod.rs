@@ -38,7 +38,7 @@ pub(crate) use float::*;
 pub(crate) use kquant::*;
 pub(crate) use panel::*;
 use panel_kquant::*;
-pub(crate) use panel_kquant::{q4_k_min_sums, q4_k_scale, stored_q4_k_meta};
+pub(crate) use panel_kquant::{q4_k_min_sums, q4_k_scale, stored_q4_k_meta, stored_q6_k_expand};
 pub(crate) use rows8::*;
 pub(crate) use stored::*;
 pub(crate) use tile::*;

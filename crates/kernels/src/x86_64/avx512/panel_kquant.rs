@@ -2,7 +2,7 @@
 //! stored panels.
 
 use super::*;
-use crate::panel::{Q4_K_ACT_QUANTS, Q4_K_ACT_SUMS};
+use crate::panel::{Q4_K_ACT_QUANTS, Q4_K_ACT_SUMS, Q6_K_ACT_QUANTS};
 
 /// `s + vpmaddwd(x, scale)` per i32 lane (so `s + x · scale` for
 /// `|x| < 2^15` and a scale `0 ≤ scale < 2^15`, its lane read as the i16
@@ -393,7 +393,7 @@ pub(super) unsafe fn q6_k_panel<const T: usize, const STORED: bool>(
                     )
                 };
                 for t in 0..T {
-                    let y = ys[t].add(4 + 16 * sb);
+                    let y = ys[t].add(Q6_K_ACT_QUANTS + 16 * sb);
                     let mut a = _mm512_setzero_si512();
                     for (k, &w) in w.iter().enumerate() {
                         a = _mm512_dpbusd_epi32(a, bcast(y.add(4 * k)), w);
@@ -447,7 +447,7 @@ pub(super) unsafe fn q6_k_pair<const T: usize>(
                         load512(p[1].add(256 * sb + 64 * k)),
                     ];
                     for t in 0..T {
-                        let y = bcast(ys[t].add(4 + 16 * sb + 4 * k));
+                        let y = bcast(ys[t].add(Q6_K_ACT_QUANTS + 16 * sb + 4 * k));
                         c[0][t] = _mm512_dpbusd_epi32(c[0][t], y, w[0]);
                         c[1][t] = _mm512_dpbusd_epi32(c[1][t], y, w[1]);
                     }
@@ -529,7 +529,7 @@ pub(super) unsafe fn q6_k_quants(p: *const u8, h: usize, k8: usize) -> [__m512i;
 /// (`w[s][k]`: sub-block `s`, dword `k`) and scales as i32 (`sc[s]`);
 /// returns the panel's per-row offset `Σ_s scale_s · (−128·Σ(q − 32))`.
 #[inline(always)]
-pub(super) unsafe fn stored_q6_k_expand(
+pub(crate) unsafe fn stored_q6_k_expand(
     p: *const u8,
     w: &mut [[__m512i; 4]; 16],
     sc: &mut [__m512i; 16],

@@ -7,21 +7,11 @@
 //! kernel's, so every output keeps its bits.
 
 use super::configure;
+use super::tiles::{Expanded, Sums, WINDOW, signed_unsigned, signed_unsigned2};
 use crate::panel::{MANY_TOKENS, Q4_K_ACT, Q4_K_ACT_QUANTS, STORED_Q4_K_BLOCK};
 use crate::x86_64::avx512::{load16_f16, load512, q4_k_min_sums, q4_k_scale, stored_q4_k_meta};
 use crate::x86_64::common::f32_at;
-use core::arch::asm;
 use core::arch::x86_64::*;
-
-/// One super-block's weight tiles: per 64-value chunk, `q·s_l` then `q·s_h`
-/// (sixteen rows of 64 bytes each, the tile unit's layout), 64-byte aligned.
-#[repr(C, align(64))]
-struct Expanded([[[u8; 64]; 16]; 8]);
-
-/// Tile sums of one super-block for `T` tokens: `Σ q·s_l·a`, then
-/// `Σ q·s_h·a`, one row of sixteen i32 per token.
-#[repr(C, align(64))]
-struct Sums<const T: usize>([[[i32; 16]; T]; 2]);
 
 /// Stored super-block `p`'s quants times its scales' low and high three
 /// bits, as tiles: chunk `c` holds sub-blocks `2c` (low nibbles, tile rows
@@ -66,128 +56,6 @@ unsafe fn expand(p: *const u8, e: &mut Expanded) {
     }
 }
 
-/// The tile sums of one super-block: `sums.0[0][t] = Σ a_t·(q·s_l)` and
-/// `sums.0[1][t] = Σ a_t·(q·s_h)` over its 256 values, `a` the `T`
-/// prepared rows' quants (`arow` bytes apart, from `a`).
-///
-/// # Safety
-/// Tiles configured ([`configure`]), `T` being their rows; `a` holds `T`
-/// rows of 256 bytes `arow` apart.
-#[inline(always)]
-unsafe fn tile_sums<const T: usize>(a: *const u8, arow: usize, e: &Expanded, sums: &mut Sums<T>) {
-    // SAFETY: the caller's contract; `e` holds the eight weight tiles and
-    // `sums` two of `T` rows.
-    unsafe {
-        asm!(
-            "tilezero tmm0",
-            "tilezero tmm1",
-            "tileloadd tmm2, [{a} + {arow} * 1]",
-            "tileloadd tmm4, [{e} + {row} * 1]",
-            "tileloadd tmm5, [{e} + {row} * 1 + 1024]",
-            "tdpbsud tmm0, tmm2, tmm4",
-            "tdpbsud tmm1, tmm2, tmm5",
-            "tileloadd tmm3, [{a} + {arow} * 1 + 64]",
-            "tileloadd tmm6, [{e} + {row} * 1 + 2048]",
-            "tileloadd tmm7, [{e} + {row} * 1 + 3072]",
-            "tdpbsud tmm0, tmm3, tmm6",
-            "tdpbsud tmm1, tmm3, tmm7",
-            "tileloadd tmm2, [{a} + {arow} * 1 + 128]",
-            "tileloadd tmm4, [{e} + {row} * 1 + 4096]",
-            "tileloadd tmm5, [{e} + {row} * 1 + 5120]",
-            "tdpbsud tmm0, tmm2, tmm4",
-            "tdpbsud tmm1, tmm2, tmm5",
-            "tileloadd tmm3, [{a} + {arow} * 1 + 192]",
-            "tileloadd tmm6, [{e} + {row} * 1 + 6144]",
-            "tileloadd tmm7, [{e} + {row} * 1 + 7168]",
-            "tdpbsud tmm0, tmm3, tmm6",
-            "tdpbsud tmm1, tmm3, tmm7",
-            "tilestored [{s} + {row} * 1], tmm0",
-            "tilestored [{s1} + {row} * 1], tmm1",
-            a = in(reg) a,
-            arow = in(reg) arow,
-            e = in(reg) e.0.as_ptr(),
-            s = in(reg) sums.0[0].as_mut_ptr(),
-            s1 = in(reg) sums.0[1].as_mut_ptr(),
-            row = in(reg) 64usize,
-            options(nostack),
-        );
-    }
-}
-
-/// [`tile_sums`] of two groups of `T` rows (`a[0]`, `a[1]`) into `sums[0]`
-/// and `sums[1]`: four sums in flight, so that the tile unit does not wait
-/// for one product to finish before the next on the same sums.
-///
-/// # Safety
-/// As for [`tile_sums`], for both groups.
-#[inline(always)]
-unsafe fn tile_sums2<const T: usize>(
-    a: [*const u8; 2],
-    arow: usize,
-    e: &Expanded,
-    sums: &mut [Sums<T>; 2],
-) {
-    // SAFETY: the caller's contract; `e` holds the eight weight tiles and
-    // `sums` two pairs of `T` rows.
-    unsafe {
-        let [s0, s1] = sums;
-        asm!(
-            "tilezero tmm0",
-            "tilezero tmm1",
-            "tilezero tmm2",
-            "tilezero tmm3",
-            "tileloadd tmm4, [{a0} + {arow} * 1 + 0]",
-            "tileloadd tmm5, [{a1} + {arow} * 1 + 0]",
-            "tileloadd tmm6, [{e} + {row} * 1 + 0]",
-            "tileloadd tmm7, [{e} + {row} * 1 + 1024]",
-            "tdpbsud tmm0, tmm4, tmm6",
-            "tdpbsud tmm1, tmm4, tmm7",
-            "tdpbsud tmm2, tmm5, tmm6",
-            "tdpbsud tmm3, tmm5, tmm7",
-            "tileloadd tmm4, [{a0} + {arow} * 1 + 64]",
-            "tileloadd tmm5, [{a1} + {arow} * 1 + 64]",
-            "tileloadd tmm6, [{e} + {row} * 1 + 2048]",
-            "tileloadd tmm7, [{e} + {row} * 1 + 3072]",
-            "tdpbsud tmm0, tmm4, tmm6",
-            "tdpbsud tmm1, tmm4, tmm7",
-            "tdpbsud tmm2, tmm5, tmm6",
-            "tdpbsud tmm3, tmm5, tmm7",
-            "tileloadd tmm4, [{a0} + {arow} * 1 + 128]",
-            "tileloadd tmm5, [{a1} + {arow} * 1 + 128]",
-            "tileloadd tmm6, [{e} + {row} * 1 + 4096]",
-            "tileloadd tmm7, [{e} + {row} * 1 + 5120]",
-            "tdpbsud tmm0, tmm4, tmm6",
-            "tdpbsud tmm1, tmm4, tmm7",
-            "tdpbsud tmm2, tmm5, tmm6",
-            "tdpbsud tmm3, tmm5, tmm7",
-            "tileloadd tmm4, [{a0} + {arow} * 1 + 192]",
-            "tileloadd tmm5, [{a1} + {arow} * 1 + 192]",
-            "tileloadd tmm6, [{e} + {row} * 1 + 6144]",
-            "tileloadd tmm7, [{e} + {row} * 1 + 7168]",
-            "tdpbsud tmm0, tmm4, tmm6",
-            "tdpbsud tmm1, tmm4, tmm7",
-            "tdpbsud tmm2, tmm5, tmm6",
-            "tdpbsud tmm3, tmm5, tmm7",
-            "tilestored [{s0} + {row} * 1], tmm0",
-            "tilestored [{s0} + {row} * 1 + {half}], tmm1",
-            "tilestored [{s1} + {row} * 1], tmm2",
-            "tilestored [{s1} + {row} * 1 + {half}], tmm3",
-            a0 = in(reg) a[0],
-            a1 = in(reg) a[1],
-            arow = in(reg) arow,
-            e = in(reg) e.0.as_ptr(),
-            s0 = in(reg) s0.0.as_mut_ptr(),
-            s1 = in(reg) s1.0.as_mut_ptr(),
-            row = in(reg) 64usize,
-            half = const 64 * T,
-            options(nostack),
-        );
-    }
-}
-
-/// Super-blocks expanded at a time ([`q4_k_many`]).
-const WINDOW: usize = 2;
-
 /// A stored Q4_K panel of `nb` super-blocks against `groups` groups of
 /// [`MANY_TOKENS`] prepared rows `arow` bytes apart: per super-block the
 /// weights expanded once, then for each group the tile sums and
@@ -210,7 +78,7 @@ unsafe fn q4_k_many(
     // holds.
     unsafe {
         configure();
-        let mut sums = [Sums::<T>([[[0; 16]; T]; 2]), Sums::<T>([[[0; 16]; T]; 2])];
+        let mut sums = [Sums::<T>::new(), Sums::<T>::new()];
         for o in 0..16 * T * groups {
             *out.add(o) = 0.0;
         }
@@ -231,7 +99,7 @@ unsafe fn q4_k_many(
         };
         // A window of super-blocks expanded at a time, small enough to stay
         // in L1 while every group of tokens multiplies it.
-        let mut e: [Expanded; WINDOW] = std::array::from_fn(|_| Expanded([[[0; 64]; 16]; 8]));
+        let mut e: [Expanded; WINDOW] = std::array::from_fn(|_| Expanded::new());
         let mut dws = [_mm512_setzero_ps(); WINDOW];
         for i0 in (0..nb).step_by(WINDOW) {
             let i1 = (i0 + WINDOW).min(nb);
@@ -246,9 +114,9 @@ unsafe fn q4_k_many(
                 for ((i, e), &dw) in (i0..i1).zip(e.iter()).zip(dws.iter()) {
                     if two {
                         let q = |g| y(g, i).add(Q4_K_ACT_QUANTS);
-                        tile_sums2::<T>([q(g), q(g + 1)], arow, e, &mut sums);
+                        signed_unsigned2::<T>([q(g), q(g + 1)], arow, e, &mut sums);
                     } else {
-                        tile_sums::<T>(y(g, i).add(Q4_K_ACT_QUANTS), arow, e, &mut sums[0]);
+                        signed_unsigned::<T>(y(g, i).add(Q4_K_ACT_QUANTS), arow, e, &mut sums[0]);
                     }
                     for (h, sums) in sums.iter().enumerate().take(1 + two as usize) {
                         step(g + h, i, dw, sums);
