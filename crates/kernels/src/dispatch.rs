@@ -39,6 +39,10 @@ pub struct F32Tile {
     pub tokens: usize,
 }
 
+/// Elements of a float type other than F32 (a weight row, or activations
+/// the type's quantizer rounded), widened to f32 exactly.
+pub type WidenFn = fn(src: &[u8], dst: &mut [f32]);
+
 /// An ISA's F32 tiles, all with [`TypeKernels::vec_dot`]'s bits.
 #[derive(Clone, Copy, Debug)]
 pub struct F32Tiles {
@@ -47,6 +51,10 @@ pub struct F32Tiles {
     /// Where the ISA has one, a tile of more tokens, taken from its
     /// `tokens` on: below that its padding costs more than it saves.
     pub wide: Option<F32Tile>,
+    /// For F16 and BF16 weights: how their rows and rounded activations
+    /// widen to the f32 rows the tiles read (`None` for F32). The type's
+    /// row kernel then has the tiles' bits over the widened rows.
+    pub widen: Option<WidenFn>,
 }
 
 impl F32Tiles {

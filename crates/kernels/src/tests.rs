@@ -95,6 +95,30 @@ mod miri_avx512 {
         }
     }
 
+    /// F16 and BF16 batches widen to the 512-bit F32 tile, with the bits of
+    /// AVX2's row kernels, which the table keeps.
+    #[test]
+    fn halves() {
+        if !runs_here(Isa::Avx512Vnni) {
+            return;
+        }
+        // Under Miri, BF16 only: the `half` crate's f16 conversions, which
+        // make the F16 test data, take F16C, which Miri lacks.
+        let types: &[GgmlType] = if cfg!(miri) {
+            &[GgmlType::BF16]
+        } else {
+            &[GgmlType::F16, GgmlType::BF16]
+        };
+        for &ty in types {
+            let k = entry(Isa::Avx512Vnni, ty);
+            let tiles = k.f32_tiles.expect("F32 tiles");
+            assert!(tiles.wide.is_some() && tiles.widen.is_some(), "{ty}");
+            for (seed, style) in [(1, 0), (2, 4), (7, 13)] {
+                check_case(k, seed, 3, style);
+            }
+        }
+    }
+
     /// The 512-bit F32 tile against AVX2's row kernel, which the table keeps.
     #[test]
     fn f32() {

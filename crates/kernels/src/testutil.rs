@@ -383,15 +383,24 @@ fn check_tiles(
         })
         .collect();
     let f32_tiles = k.f32_tiles.iter().flat_map(|t| [Some(t.narrow), t.wide]);
+    // What the tiles read: the rows themselves, or (F16, BF16) widened to f32.
+    let as_f32 = |bytes: Vec<u8>| match k.f32_tiles.and_then(|t| t.widen) {
+        None => bytes,
+        Some(widen) => {
+            let mut wide = vec![0.0f32; bytes.len() / 2];
+            widen(&bytes, &mut wide);
+            bytemuck::cast_slice(&wide).to_vec()
+        }
+    };
     for crate::dispatch::F32Tile { tile, rows, tokens } in f32_tiles.flatten() {
         // Rows against tokens, each with the row kernel's bits; tiles wider
         // than the eight activation rows take them again.
         let col = |t: usize| &cols[t % cols.len()];
-        let acts: Vec<u8> = (0..tokens).flat_map(|t| col(t).iter().copied()).collect();
+        let acts = as_f32((0..tokens).flat_map(|t| col(t).iter().copied()).collect());
         let mut got = vec![0.0; rows * tokens];
         // With and without hints past the rows: the same bits.
         let ahead = [0, 4096][seed as usize % 2];
-        tile(n, &rotated[..rows].concat(), &acts, &mut got, ahead);
+        tile(n, &as_f32(rotated[..rows].concat()), &acts, &mut got, ahead);
         for t in 0..tokens {
             for r in 0..rows {
                 let want = (k.vec_dot)(n, &rotated[r], col(t));

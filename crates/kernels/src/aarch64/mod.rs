@@ -46,6 +46,7 @@ const NEON_F32: TypeKernels = TypeKernels {
     f32_tiles: Some(crate::dispatch::F32Tiles {
         narrow: neon::F32_TILE,
         wide: None,
+        widen: None,
     }),
     ..scalar(T::F32)
 };

@@ -4,12 +4,18 @@
 //!
 //! F32 activations need no quantizing: the tiles read the caller's rows,
 //! except a last partial group of tokens, copied with zero rows after it.
+//! F16 and BF16 weights ([`F32Tiles::widen`]) take the same tiles over
+//! widened rows: the activations are rounded to the type once per call and
+//! widened, and each task widens its weight rows once, into its thread's
+//! buffer, before every token block runs over them.
 //! A task's rows run against one block of tokens at a time, small enough
 //! that the block stays in L2 while every group of rows passes over it.
 
+use std::cell::RefCell;
+
 use super::tasks::{RowTasks, chunk_rows};
 use super::{Out, Scratch, Weights};
-use crate::dispatch::{F32_TILE_MAX, F32Tile};
+use crate::dispatch::{F32_TILE_MAX, F32Tile, F32Tiles, WidenFn};
 use crate::pool::ThreadPool;
 
 /// Activation bytes a block of tokens spans, at most.
@@ -18,7 +24,13 @@ const TOKEN_BLOCK_BYTES: usize = 96 << 10;
 /// token blocks.
 const TASK_BYTES: usize = 256 << 10;
 
-/// [`super::matmul_many`] for F32 weights in ggml's rows (shapes checked,
+thread_local! {
+    /// A worker's widened weight rows, one task's at a time: a thread's
+    /// buffer, so that the memory is bounded by the threads, not the tasks.
+    static WIDE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// [`super::matmul_many`] for float weights in ggml's rows (shapes checked,
 /// one weight type, two tokens or more).
 pub(super) fn f32_tiles<const N: usize>(
     tile: F32Tile,
@@ -39,28 +51,51 @@ pub(super) fn f32_tiles<const N: usize>(
         "an F32 tile of {tr} x {tt}"
     );
     let k = wms[0].kernels;
+    let widen = k.f32_tiles.and_then(|t: F32Tiles| t.widen);
     let cols = wms[0].cols;
     let row_bytes = cols * 4;
-    // The tokens past the last whole group, padded with zero rows.
+    let (wrow, arow) = (k.weight_row_bytes(cols), k.activation_row_bytes(cols));
     let whole = tokens / tt * tt;
     let padded = tokens.next_multiple_of(tt);
-    if whole < tokens {
-        let need = tt * row_bytes;
-        if scratch.buf.len() < need {
-            scratch.buf.resize(need, 0);
+    match widen {
+        Some(widen) => {
+            let rows = (tokens, padded);
+            widen_activations(widen, k.quantize_activation, x, arow, rows, scratch, pool)
         }
-        let last: &[u8] = bytemuck::cast_slice(&x[whole * cols..]);
-        scratch.buf[..last.len()].copy_from_slice(last);
-        scratch.buf[last.len()..need].fill(0);
+        None if whole < tokens => {
+            // The tokens past the last whole group, padded with zero rows.
+            let need = tt * row_bytes;
+            if scratch.buf.len() < need {
+                scratch.buf.resize(need, 0);
+            }
+            let last: &[u8] = bytemuck::cast_slice(&x[whole * cols..]);
+            scratch.buf[..last.len()].copy_from_slice(last);
+            scratch.buf[last.len()..need].fill(0);
+        }
+        None => {}
     }
     let xb: &[u8] = bytemuck::cast_slice(x);
-    let last = &scratch.buf[..(padded - whole) * row_bytes];
-    // The `tt` activation rows starting at token `t` (a multiple of `tt`).
+    let scratch_buf = &scratch.buf[..];
+    let scratch_packed: &[u8] = match widen {
+        Some(_) => &scratch.packed[aligned_f32(&scratch.packed)..],
+        None => &[],
+    };
+    // The `tt` f32 activation rows starting at token `t` (a multiple of `tt`).
     let group = |t: usize| -> &[u8] {
-        if t < whole {
+        if widen.is_some() {
+            &scratch_packed[t * row_bytes..(t + tt) * row_bytes]
+        } else if t < whole {
             &xb[t * row_bytes..(t + tt) * row_bytes]
         } else {
-            last
+            &scratch_buf[..tt * row_bytes]
+        }
+    };
+    // Token `t`'s activation row as the type's row kernel reads it.
+    let act = |t: usize| -> &[u8] {
+        if widen.is_some() {
+            &scratch_buf[t * arow..(t + 1) * arow]
+        } else {
+            &xb[t * row_bytes..(t + 1) * row_bytes]
         }
     };
     let block = (TOKEN_BLOCK_BYTES / row_bytes / tt * tt).max(tt);
@@ -70,58 +105,125 @@ pub(super) fn f32_tiles<const N: usize>(
     let mut ys = ys;
     let outs: [Out<f32>; N] = std::array::from_fn(|m| Out(ys[m].as_mut_ptr()));
     let outs = &outs;
-    let ahead = crate::prefetch::whole_groups(crate::prefetch::f32_ahead(), tr * row_bytes);
+    let ahead = match widen {
+        // Widened rows lie in cache; the widening streams the file's.
+        Some(_) => 0,
+        None => crate::prefetch::whole_groups(crate::prefetch::f32_ahead(), tr * row_bytes),
+    };
     pool.run(tasks.count(), &|task| {
         let (m, r0, r1) = tasks.locate(task);
         let (w, rows) = (wms[m].data, wms[m].rows);
-        let store = |t: usize, r: usize, v: f32| {
-            debug_assert!(t < tokens && r < rows);
-            // SAFETY: `t < tokens` and `r0 <= r < r1 <= rows`, so the index lies in
-            // `ys[m]` (`tokens * rows` values, checked by `check_shapes`); each task
-            // owns rows `r0..r1` of matrix `m` for every token, so no two tasks write
-            // the same element, and `ys` were distinct `&mut` slices.
-            unsafe { *outs[m].0.add(t * rows + r) = v }
-        };
-        let tiled = r0 + (r1 - r0) / tr * tr;
-        let mut v = [0.0f32; F32_TILE_MAX];
-        for b0 in (0..padded).step_by(block) {
-            let b1 = (b0 + block).min(padded);
-            for r in (r0..tiled).step_by(tr) {
-                let wr = &w[r * row_bytes..(r + tr) * row_bytes];
-                for t in (b0..b1).step_by(tt) {
-                    // The first tile of the first block brings the rows in from
-                    // memory: hinting the rows `ahead` bytes on as it goes keeps
-                    // the stream going, which the hardware prefetchers, seeing
-                    // `tr` short streams at once, do not.
-                    let ahead = if t == 0 { ahead } else { 0 };
-                    tile(cols, wr, group(t), &mut v[..tr * tt], ahead);
-                    for c in 0..tt.min(tokens - t) {
-                        // SAFETY: as in `store`, for rows `r..r + tr` (inside `r0..r1`)
-                        // of token `t + c < tokens`, which lie side by side; `v` is a
-                        // local buffer.
-                        unsafe {
-                            let dst = outs[m].0.add((t + c) * rows + r);
-                            let src = v.as_ptr().add(c * tr);
-                            // Every tile has four rows so far: a constant length
-                            // inlines the copy, where a call to `memcpy` per token
-                            // cost as much as the copy.
-                            if tr == 4 {
-                                std::ptr::copy_nonoverlapping(src, dst, 4)
-                            } else {
-                                std::ptr::copy_nonoverlapping(src, dst, tr)
+        let run = |tiled_rows: &[u8]| {
+            let store = |t: usize, r: usize, v: f32| {
+                debug_assert!(t < tokens && r < rows);
+                // SAFETY: `t < tokens` and `r0 <= r < r1 <= rows`, so the index lies in
+                // `ys[m]` (`tokens * rows` values, checked by `check_shapes`); each task
+                // owns rows `r0..r1` of matrix `m` for every token, so no two tasks write
+                // the same element, and `ys` were distinct `&mut` slices.
+                unsafe { *outs[m].0.add(t * rows + r) = v }
+            };
+            let tiled = r0 + (r1 - r0) / tr * tr;
+            let mut v = [0.0f32; F32_TILE_MAX];
+            for b0 in (0..padded).step_by(block) {
+                let b1 = (b0 + block).min(padded);
+                for r in (r0..tiled).step_by(tr) {
+                    let wr = &tiled_rows[(r - r0) * row_bytes..(r - r0 + tr) * row_bytes];
+                    for t in (b0..b1).step_by(tt) {
+                        // The first tile of the first block brings the rows in from
+                        // memory: hinting the rows `ahead` bytes on as it goes keeps
+                        // the stream going, which the hardware prefetchers, seeing
+                        // `tr` short streams at once, do not.
+                        let ahead = if t == 0 { ahead } else { 0 };
+                        tile(cols, wr, group(t), &mut v[..tr * tt], ahead);
+                        for c in 0..tt.min(tokens - t) {
+                            // SAFETY: as in `store`, for rows `r..r + tr` (inside `r0..r1`)
+                            // of token `t + c < tokens`, which lie side by side; `v` is a
+                            // local buffer.
+                            unsafe {
+                                let dst = outs[m].0.add((t + c) * rows + r);
+                                let src = v.as_ptr().add(c * tr);
+                                // Every tile has four rows so far: a constant length
+                                // inlines the copy, where a call to `memcpy` per token
+                                // cost as much as the copy.
+                                if tr == 4 {
+                                    std::ptr::copy_nonoverlapping(src, dst, 4)
+                                } else {
+                                    std::ptr::copy_nonoverlapping(src, dst, tr)
+                                }
                             }
                         }
                     }
                 }
-            }
-            // Rows past the last whole tile: the row kernel, with the same bits.
-            for r in tiled..r1 {
-                let wr = &w[r * row_bytes..(r + 1) * row_bytes];
-                for t in b0..b1.min(tokens) {
-                    let a = &xb[t * row_bytes..(t + 1) * row_bytes];
-                    store(t, r, (k.vec_dot)(cols, wr, a));
+                // Rows past the last whole tile: the row kernel, with the same bits.
+                for r in tiled..r1 {
+                    let wr = &w[r * wrow..(r + 1) * wrow];
+                    for t in b0..b1.min(tokens) {
+                        store(t, r, (k.vec_dot)(cols, wr, act(t)));
+                    }
                 }
             }
+        };
+        match widen {
+            None => run(&w[r0 * wrow..r1 * wrow]),
+            Some(widen) => WIDE.with_borrow_mut(|wide| {
+                let n = (r1 - r0) * cols;
+                if wide.len() < n {
+                    wide.resize(n, 0.0);
+                }
+                widen(&w[r0 * wrow..r1 * wrow], &mut wide[..n]);
+                run(bytemuck::cast_slice(&wide[..n]))
+            }),
         }
+    });
+}
+
+/// Where f32 may start in a byte buffer (which has three spare bytes).
+fn aligned_f32(buf: &[u8]) -> usize {
+    buf.as_ptr().align_offset(align_of::<f32>())
+}
+
+/// Rounds `tokens` activation rows to the weight type (`quantize`, rows of
+/// `arow` bytes into `scratch.buf`, where the row kernel reads them) and
+/// widens them back to f32 (into `scratch.packed` from [`aligned_f32`],
+/// with zero rows up to `padded`), a share of the tokens per thread.
+fn widen_activations(
+    widen: WidenFn,
+    quantize: crate::dispatch::QuantizeFn,
+    x: &[f32],
+    arow: usize,
+    (tokens, padded): (usize, usize),
+    scratch: &mut Scratch,
+    pool: &dyn ThreadPool,
+) {
+    let cols = x.len() / tokens;
+    let frow = cols * 4;
+    if scratch.buf.len() < tokens * arow {
+        scratch.buf.resize(tokens * arow, 0);
+    }
+    if scratch.packed.len() < padded * frow + 3 {
+        scratch.packed.resize(padded * frow + 3, 0);
+    }
+    let at = aligned_f32(&scratch.packed);
+    scratch.packed[at + tokens * frow..at + padded * frow].fill(0);
+    let per = tokens.div_ceil(pool.threads().max(1));
+    let (half, wide) = (
+        Out(scratch.buf.as_mut_ptr()),
+        Out(scratch.packed[at..].as_mut_ptr()),
+    );
+    let (half, wide) = (&half, &wide);
+    pool.run(tokens.div_ceil(per), &|u| {
+        let (t0, t1) = (u * per, ((u + 1) * per).min(tokens));
+        let n = (t1 - t0) * cols;
+        // SAFETY: `scratch.buf` holds `tokens` rows of `arow` bytes and
+        // `scratch.packed` `padded` rows of `frow` from `at`, where f32 are
+        // aligned (grown above); unit `u` alone writes its tokens `t0..t1` of each.
+        let (h, f) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(half.0.add(t0 * arow), (t1 - t0) * arow),
+                std::slice::from_raw_parts_mut(wide.0.add(t0 * frow).cast::<f32>(), n),
+            )
+        };
+        quantize(&x[t0 * cols..t1 * cols], h);
+        widen(h, f);
     });
 }

@@ -231,6 +231,7 @@ mod tests {
                     tokens: 3,
                 },
                 wide: None,
+                widen: None,
             }),
             ..scalar(GgmlType::F32)
         };
@@ -259,6 +260,7 @@ mod tests {
         let tiles = F32Tiles {
             narrow: tile(3),
             wide: Some(tile(12)),
+            widen: None,
         };
         let width = |t| tiles.for_tokens(t).tokens;
         assert_eq!([2, 3, 11, 12, 13, 512].map(width), [3, 3, 3, 12, 12, 12]);

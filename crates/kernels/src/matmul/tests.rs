@@ -18,6 +18,7 @@ fn matmul_matches_row_dots() {
             GgmlType::Q6_K,
             GgmlType::Q4_1,
             GgmlType::F16,
+            GgmlType::BF16,
         ] {
             let k = kernels_for(ty, isa).unwrap();
             let r = kernels_for(ty, Isa::Scalar).unwrap();
@@ -56,6 +57,49 @@ fn matmul_matches_row_dots() {
                         let tol = tolerance(ty, cols, wr, &a);
                         assert!(
                             ((got - want) as f64).abs() <= tol,
+                            "{isa} {ty} T={tokens} ({t},{row}): {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Float weights give every (token, row) the ISA's row kernel's bits, in a
+/// batch of any size (F16 and BF16 through their widened rows), also with
+/// rows past a whole tile and columns past a whole vector.
+#[test]
+fn float_batches_keep_the_row_kernels_bits() {
+    let mut rng = Rng(11);
+    for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+        for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
+            let k = kernels_for(ty, isa).unwrap();
+            let (rows, cols) = (70, 203);
+            let wrow = k.weight_row_bytes(cols);
+            let w: Vec<u8> = (0..rows)
+                .flat_map(|_| weight_row(&mut rng, ty, cols, 0))
+                .collect();
+            for tokens in [2, 5, 12, 13, 40, 100] {
+                let x = activations(&mut rng, tokens * cols, 1);
+                let mut y = vec![f32::NAN; tokens * rows];
+                let weights = Weights {
+                    kernels: k,
+                    data: &w,
+                    rows,
+                    cols,
+                    layout: Layout::Rows,
+                };
+                let mut s = Scratch::new();
+                matmul(&weights, &x, tokens, &mut y, &mut s, &Rayon).unwrap();
+                let mut a = vec![0u8; k.activation_row_bytes(cols)];
+                for t in 0..tokens {
+                    (k.quantize_activation)(&x[t * cols..(t + 1) * cols], &mut a);
+                    for (row, wr) in w.chunks_exact(wrow).enumerate() {
+                        let want = (k.vec_dot)(cols, wr, &a);
+                        let got = y[t * rows + row];
+                        assert!(
+                            got.to_bits() == want.to_bits(),
                             "{isa} {ty} T={tokens} ({t},{row}): {got} vs {want}"
                         );
                     }

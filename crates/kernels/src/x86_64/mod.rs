@@ -53,25 +53,44 @@ const AVX2_F32: TypeKernels = TypeKernels {
     f32_tiles: Some(F32Tiles {
         narrow: avx2::F32_TILE,
         wide: None,
+        widen: None,
     }),
     ..scalar(T::F32)
 };
 
+/// F16 and BF16 round their activations as ggml does, and batches widen
+/// both sides to take the F32 tiles, whose bits the row kernels keep.
 const AVX2_F16: TypeKernels = TypeKernels {
     isa: Isa::Avx2,
     simd: Simd {
-        quantize: false,
+        quantize: true,
         vec_dot: true,
         vec_dot_x4: false,
     },
+    quantize_activation: avx2::quantize_f16,
     vec_dot: avx2::vec_dot_f16,
     vec_dot_x4: None,
+    vec_dot_rows8: Some(avx2::vec_dot_rows8_f16),
+    f32_tiles: Some(F32Tiles {
+        narrow: avx2::F32_TILE,
+        wide: None,
+        widen: Some(avx2::widen_f16),
+    }),
     ..scalar(T::F16)
 };
 
-/// BF16 keeps the scalar kernels.
 const AVX2_BF16: TypeKernels = TypeKernels {
     isa: Isa::Avx2,
+    simd: AVX2_F16.simd,
+    quantize_activation: avx2::quantize_bf16,
+    vec_dot: avx2::vec_dot_bf16,
+    vec_dot_x4: None,
+    vec_dot_rows8: Some(avx2::vec_dot_rows8_bf16),
+    f32_tiles: Some(F32Tiles {
+        narrow: avx2::F32_TILE,
+        wide: None,
+        widen: Some(avx2::widen_bf16),
+    }),
     ..scalar(T::BF16)
 };
 
@@ -481,14 +500,30 @@ const AVX512_F32: TypeKernels = TypeKernels {
     f32_tiles: Some(F32Tiles {
         narrow: avx2::F32_TILE,
         wide: Some(avx512::F32_TILE),
+        widen: None,
     }),
     ..AVX2_F32
 };
 
+/// F16 and BF16 likewise, through their widened rows.
+const fn with_wide_tile(k: TypeKernels) -> TypeKernels {
+    let Some(tiles) = k.f32_tiles else {
+        panic!("a float type without tiles")
+    };
+    TypeKernels {
+        isa: Isa::Avx512Vnni,
+        f32_tiles: Some(F32Tiles {
+            wide: Some(avx512::F32_TILE),
+            ..tiles
+        }),
+        ..k
+    }
+}
+
 pub(crate) static AVX512: [TypeKernels; 13] = [
     AVX512_F32,
-    on_avx512(AVX2_F16),
-    on_avx512(AVX2_BF16),
+    with_wide_tile(AVX2_F16),
+    with_wide_tile(AVX2_BF16),
     AVX512_Q4_0,
     on_avx512(AVX2_Q4_1),
     AVX512_Q5_0,
@@ -543,8 +578,8 @@ const AMX_Q6_K: TypeKernels = {
 
 pub(crate) static AMX: [TypeKernels; 13] = [
     on_amx(AVX512_F32),
-    on_amx(on_avx512(AVX2_F16)),
-    on_amx(on_avx512(AVX2_BF16)),
+    on_amx(with_wide_tile(AVX2_F16)),
+    on_amx(with_wide_tile(AVX2_BF16)),
     on_amx(AVX512_Q4_0),
     on_amx(on_avx512(AVX2_Q4_1)),
     on_amx(AVX512_Q5_0),

@@ -1,5 +1,5 @@
-//! AVX2 row and 1×4 dot products of the legacy (Q8_0 / Q8_1 activation) types and
-//! of f16 rows, and the eight-row legacy kernels (f32 rows are in `float`).
+//! AVX2 row and 1×4 dot products of the legacy (Q8_0 / Q8_1 activation) types,
+//! and their eight-row kernels (float rows are in `float` and `half_rows`).
 
 use super::*;
 
@@ -251,41 +251,6 @@ kernel_fns! { dot avx2;
         = |nb, w, a| q8_1_rows::<N>(nb, w, 24, a, q5_1_quants);
 }
 
-/// Σ x·y over `n` values; `load8` turns 8 elements at a pointer into f32 lanes.
-#[inline(always)]
-unsafe fn float_dot(
-    n: usize,
-    x: *const u8,
-    y: *const u8,
-    esize: usize,
-    load8: unsafe fn(*const u8) -> __m256,
-    one: unsafe fn(*const u8) -> f32,
-) -> f32 {
-    // SAFETY: both rows hold `n` elements of `esize` bytes; AVX2/FMA/F16C are enabled.
-    unsafe {
-        let mut acc = [_mm256_setzero_ps(); 4];
-        let mut i = 0;
-        while i + 32 <= n {
-            for (k, a) in acc.iter_mut().enumerate() {
-                let o = (i + 8 * k) * esize;
-                *a = _mm256_fmadd_ps(load8(x.add(o)), load8(y.add(o)), *a);
-            }
-            i += 32;
-        }
-        while i + 8 <= n {
-            acc[0] = _mm256_fmadd_ps(load8(x.add(i * esize)), load8(y.add(i * esize)), acc[0]);
-            i += 8;
-        }
-        let v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-        let mut sum = hsum_f32(v);
-        while i < n {
-            sum += one(x.add(i * esize)) * one(y.add(i * esize));
-            i += 1;
-        }
-        sum
-    }
-}
-
 /// Eight f32 at `p` (shared with the AVX-512 attention).
 #[inline(always)]
 pub(in crate::x86_64) unsafe fn load8_f32(p: *const u8) -> __m256 {
@@ -304,17 +269,4 @@ pub(in crate::x86_64) unsafe fn load8_f16(p: *const u8) -> __m256 {
         }
         _mm256_cvtph_ps(_mm_loadu_si128(p.cast()))
     }
-}
-
-pub(crate) fn vec_dot_f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    target_fns! { avx2:
-        unsafe fn entry(n: usize, x: *const u8, y: *const u8) -> f32 {
-            // SAFETY: forwarded from the wrapper's checks.
-            unsafe { float_dot(n, x, y, 2, load8_f16, fp16) }
-        }
-    }
-    row_blocks(GgmlType::F16, n, w);
-    row_blocks(GgmlType::F16, n, a);
-    // SAFETY: both rows hold `n` f16 (checked above); reachable only after AVX2 detection.
-    unsafe { entry(n, w.as_ptr(), a.as_ptr()) }
 }

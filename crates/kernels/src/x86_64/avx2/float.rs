@@ -28,55 +28,97 @@ pub(crate) const F32_TILE: F32Tile = F32Tile {
 
 /// The products past the last whole eight, added one by one to `sum`.
 #[inline(always)]
-pub(in crate::x86_64) unsafe fn tail(n: usize, w: *const f32, a: *const f32, mut sum: f32) -> f32 {
+pub(in crate::x86_64) unsafe fn tail(n: usize, w: *const f32, a: *const f32, sum: f32) -> f32 {
+    // SAFETY: forwarded from the caller (both rows hold `n` f32).
+    unsafe { tail_of::<F32>(n, w.cast(), a.cast(), sum) }
+}
+
+/// How a float row's elements load: eight at a time as f32 lanes, or one.
+/// F16 and BF16 widen exactly, so a product of two widened values is the
+/// product the F32 kernels form, and the bodies here serve all three.
+pub(in crate::x86_64) trait FloatElem {
+    /// Bytes per element.
+    const SIZE: usize;
+    /// Eight elements at `p` as f32 lanes.
+    unsafe fn load8(p: *const u8) -> __m256;
+    /// The element at `p` as f32.
+    unsafe fn one(p: *const u8) -> f32;
+}
+
+/// [`FloatElem`] of F32 rows.
+pub(in crate::x86_64) struct F32;
+
+impl FloatElem for F32 {
+    const SIZE: usize = 4;
+    #[inline(always)]
+    unsafe fn load8(p: *const u8) -> __m256 {
+        // SAFETY: the caller passes 32 readable bytes; AVX is enabled in every caller.
+        unsafe { _mm256_loadu_ps(p.cast()) }
+    }
+    #[inline(always)]
+    unsafe fn one(p: *const u8) -> f32 {
+        // SAFETY: the caller passes four readable bytes (read unaligned: rows lie in
+        // byte buffers).
+        unsafe { p.cast::<f32>().read_unaligned() }
+    }
+}
+
+/// [`tail`] for rows of any [`FloatElem`].
+#[inline(always)]
+pub(in crate::x86_64) unsafe fn tail_of<E: FloatElem>(
+    n: usize,
+    w: *const u8,
+    a: *const u8,
+    mut sum: f32,
+) -> f32 {
     for i in n / 8 * 8..n {
-        // SAFETY: both rows hold `n` values (read unaligned: activations lie in byte
-        // buffers).
-        sum += unsafe { w.add(i).read_unaligned() * a.add(i).read_unaligned() };
+        // SAFETY: both rows hold `n` elements.
+        sum += unsafe { E::one(w.add(i * E::SIZE)) * E::one(a.add(i * E::SIZE)) };
     }
     sum
 }
 
+/// One row against one token: one eight-lane chain, [`hsum_f32`], [`tail_of`].
 #[inline(always)]
-unsafe fn f32_row_body(n: usize, w: *const f32, a: *const f32) -> f32 {
-    // SAFETY: both rows hold `n` values (the wrapper's checks).
+pub(in crate::x86_64) unsafe fn row_body<E: FloatElem>(
+    n: usize,
+    w: *const u8,
+    a: *const u8,
+) -> f32 {
+    // SAFETY: both rows hold `n` elements (the wrapper's checks).
     unsafe {
         let mut acc = _mm256_setzero_ps();
         for i in (0..n / 8 * 8).step_by(8) {
-            acc = _mm256_fmadd_ps(_mm256_loadu_ps(w.add(i)), _mm256_loadu_ps(a.add(i)), acc);
+            let o = i * E::SIZE;
+            acc = _mm256_fmadd_ps(E::load8(w.add(o)), E::load8(a.add(o)), acc);
         }
-        tail(n, w, a, hsum_f32(acc))
+        tail_of::<E>(n, w, a, hsum_f32(acc))
     }
 }
 
-target_fns! { avx2:
-    unsafe fn k_f32_row(n: usize, w: *const f32, a: *const f32) -> f32 {
-        // SAFETY: forwarded from the caller's contract.
-        unsafe { f32_row_body(n, w, a) }
-    }
-}
-
-/// Eight rows against one token; with `HINT`, each row's line `ahead` bytes
-/// on is hinted every sixteen values, as in the tile.
+/// Eight rows against one token, each with [`row_body`]'s bits; with `HINT`,
+/// each row's line `ahead` bytes on is hinted every sixteen values.
 #[inline(always)]
-unsafe fn f32_rows8_body<const HINT: bool>(
+pub(in crate::x86_64) unsafe fn rows8_body<E: FloatElem, const HINT: bool>(
     n: usize,
-    w: *const f32,
-    a: *const f32,
+    w: *const u8,
+    a: *const u8,
     ahead: usize,
 ) -> [f32; 8] {
-    // SAFETY: eight rows of `n` values back to back at `w`, `n` at `a`.
+    // SAFETY: eight rows of `n` elements back to back at `w`, `n` at `a`.
     unsafe {
+        let row = |r: usize| w.add(r * n * E::SIZE);
         let mut acc = [_mm256_setzero_ps(); 8];
         for i in (0..n / 8 * 8).step_by(8) {
+            let o = i * E::SIZE;
             if HINT && i % 16 == 0 {
                 for r in 0..8 {
-                    hint_l2(w.add(r * n + i).cast::<u8>().wrapping_add(ahead));
+                    hint_l2(row(r).add(o).wrapping_add(ahead));
                 }
             }
-            let x = _mm256_loadu_ps(a.add(i));
+            let x = E::load8(a.add(o));
             for (r, acc) in acc.iter_mut().enumerate() {
-                *acc = _mm256_fmadd_ps(_mm256_loadu_ps(w.add(r * n + i)), x, *acc);
+                *acc = _mm256_fmadd_ps(E::load8(row(r).add(o)), x, *acc);
             }
         }
         let mut out = [0.0f32; 8];
@@ -87,10 +129,17 @@ unsafe fn f32_rows8_body<const HINT: bool>(
         );
         if !n.is_multiple_of(8) {
             for (r, v) in out.iter_mut().enumerate() {
-                *v = tail(n, w.add(r * n), a, *v);
+                *v = tail_of::<E>(n, row(r), a, *v);
             }
         }
         out
+    }
+}
+
+target_fns! { avx2:
+    unsafe fn k_f32_row(n: usize, w: *const f32, a: *const f32) -> f32 {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { row_body::<F32>(n, w.cast(), a.cast()) }
     }
 }
 
@@ -99,9 +148,9 @@ target_fns! { avx2:
         // SAFETY: forwarded from the caller's contract.
         unsafe {
             if ahead > 0 {
-                f32_rows8_body::<true>(n, w, a, ahead)
+                rows8_body::<F32, true>(n, w.cast(), a.cast(), ahead)
             } else {
-                f32_rows8_body::<false>(n, w, a, 0)
+                rows8_body::<F32, false>(n, w.cast(), a.cast(), 0)
             }
         }
     }

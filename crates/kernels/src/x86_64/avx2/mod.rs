@@ -17,9 +17,8 @@
 //! the scalar reference by reassociation only.
 
 use super::common::*;
-use crate::GgmlType;
 use crate::prefetch::hint_l2;
-use crate::scalar::{k4_scales_mins, row_blocks};
+use crate::scalar::k4_scales_mins;
 use core::arch::x86_64::*;
 use half::f16;
 
@@ -28,6 +27,7 @@ mod attention;
 mod attention_q8_0;
 mod dot;
 mod float;
+mod half_rows;
 mod kquant;
 mod panel;
 mod quantize;
@@ -40,6 +40,7 @@ pub(crate) use attention::*;
 pub(crate) use attention_q8_0::*;
 pub(crate) use dot::*;
 pub(crate) use float::*;
+pub(crate) use half_rows::*;
 pub(crate) use kquant::*;
 pub(crate) use panel::*;
 pub(crate) use quantize::*;
