@@ -51,6 +51,7 @@ pub mod bandwidth;
 pub mod dispatch;
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) mod prefetch;
+pub(crate) mod q3_k;
 pub(crate) mod scalar;
 pub mod spin_pool;
 

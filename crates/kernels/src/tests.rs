@@ -27,7 +27,8 @@ mod avx2 {
 mod avx512_native {
     use super::*;
     crate::isa_proptests!(Isa::Avx512Vnni;
-        f32 => F32, q4_0 => Q4_0, q5_0 => Q5_0, q8_0 => Q8_0, q4_k => Q4_K, q6_k => Q6_K,
+        f32 => F32, q4_0 => Q4_0, q5_0 => Q5_0, q8_0 => Q8_0, q3_k => Q3_K, q4_k => Q4_K,
+        q6_k => Q6_K,
     );
 }
 
@@ -37,7 +38,8 @@ mod avx512_native {
 mod amx_native {
     use super::*;
     crate::isa_proptests!(Isa::Amx;
-        f32 => F32, q4_0 => Q4_0, q5_0 => Q5_0, q8_0 => Q8_0, q4_k => Q4_K, q6_k => Q6_K,
+        f32 => F32, q4_0 => Q4_0, q5_0 => Q5_0, q8_0 => Q8_0, q3_k => Q3_K, q4_k => Q4_K,
+        q6_k => Q6_K,
     );
 
     /// The table's stored Q4_K and Q6_K panels are the tile unit's, not

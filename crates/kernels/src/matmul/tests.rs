@@ -14,6 +14,7 @@ fn matmul_matches_row_dots() {
         for ty in [
             GgmlType::Q8_0,
             GgmlType::Q4_0,
+            GgmlType::Q3_K,
             GgmlType::Q4_K,
             GgmlType::Q6_K,
             GgmlType::Q4_1,

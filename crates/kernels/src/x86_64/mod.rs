@@ -204,7 +204,7 @@ const AVX2_Q8_0: TypeKernels = TypeKernels {
     ..scalar(T::Q8_0)
 };
 
-/// Q2_K and Q3_K: only the quantizer is SIMD (their dots stay scalar).
+/// Q2_K: only the quantizer is SIMD (its dots stay scalar).
 const AVX2_Q2_K: TypeKernels = TypeKernels {
     isa: Isa::Avx2,
     simd: Simd {
@@ -216,14 +216,20 @@ const AVX2_Q2_K: TypeKernels = TypeKernels {
     ..scalar(T::Q2_K)
 };
 
+/// Q3_K: its batches unpack into Q6_K's panels (`crate::q3_k`).
 const AVX2_Q3_K: TypeKernels = TypeKernels {
     isa: Isa::Avx2,
-    simd: Simd {
-        quantize: true,
-        vec_dot: false,
-        vec_dot_x4: false,
-    },
+    simd: ALL_SIMD,
     quantize_activation: avx2::quantize_q8_k,
+    vec_dot: avx2::vec_dot_q3_k,
+    vec_dot_x4: Some(avx2::vec_dot_x4_q3_k),
+    panel: match AVX2_Q6_K.panel {
+        Some(p) => Some(PanelFns {
+            unpack: avx2::unpack_q3_k,
+            ..p
+        }),
+        None => panic!("Q6_K without panels"),
+    },
     ..scalar(T::Q3_K)
 };
 
@@ -486,6 +492,19 @@ const AVX512_Q6_K: TypeKernels = TypeKernels {
     ..AVX2_Q6_K
 };
 
+/// Q3_K on AVX-512's Q6_K panels.
+const AVX512_Q3_K: TypeKernels = TypeKernels {
+    isa: Isa::Avx512Vnni,
+    panel: match AVX512_Q6_K.panel {
+        Some(p) => Some(PanelFns {
+            unpack: avx512::unpack_q3_k,
+            ..p
+        }),
+        None => panic!("Q6_K without panels"),
+    },
+    ..AVX2_Q3_K
+};
+
 /// An AVX2 entry's kernels, tagged as the AVX-512 table's.
 const fn on_avx512(k: TypeKernels) -> TypeKernels {
     TypeKernels {
@@ -530,7 +549,7 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
     on_avx512(AVX2_Q5_1),
     AVX512_Q8_0,
     on_avx512(AVX2_Q2_K),
-    on_avx512(AVX2_Q3_K),
+    AVX512_Q3_K,
     AVX512_Q4_K,
     on_avx512(AVX2_Q5_K),
     AVX512_Q6_K,
@@ -586,7 +605,7 @@ pub(crate) static AMX: [TypeKernels; 13] = [
     on_amx(on_avx512(AVX2_Q5_1)),
     on_amx(AVX512_Q8_0),
     on_amx(on_avx512(AVX2_Q2_K)),
-    on_amx(on_avx512(AVX2_Q3_K)),
+    on_amx(AVX512_Q3_K),
     AMX_Q4_K,
     on_amx(on_avx512(AVX2_Q5_K)),
     AMX_Q6_K,

@@ -163,7 +163,88 @@ unsafe fn q6_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f
     }
 }
 
+/// The sixteen signed scales of the Q3_K block whose scale bytes are at
+/// `p`: four low bits from the first eight bytes, two high bits from the
+/// last four, less 32 (as `crate::q3_k::scales`, in 32-bit lanes).
+#[inline(always)]
+unsafe fn q3_k_scales(p: *const u8) -> __m128i {
+    // SAFETY: the caller passes the block's twelve scale bytes; SSE2 is
+    // enabled in every caller.
+    unsafe {
+        let word = |i: usize| p.add(4 * i).cast::<u32>().read_unaligned();
+        let (a0, a1, t) = (word(0), word(1), word(2));
+        let (lo, hi) = (0x0f0f_0f0fu32, 0x0303_0303u32);
+        let s = [
+            (a0 & lo) | ((t & hi) << 4),
+            (a1 & lo) | (((t >> 2) & hi) << 4),
+            ((a0 >> 4) & lo) | (((t >> 4) & hi) << 4),
+            ((a1 >> 4) & lo) | (((t >> 6) & hi) << 4),
+        ];
+        let v = _mm_loadu_si128(s.as_ptr().cast());
+        _mm_sub_epi8(v, _mm_set1_epi8(32))
+    }
+}
+
+/// Q3_K against `N` Q8_K rows, with the Q6_K kernel's arithmetic: each
+/// quant is used as `q + 4` (0..7, from its two low bits and its hmask bit),
+/// the `-4` offset applied once per block through the activation's bsums,
+/// then `acc = fma(d_w·d_a, Σ, acc)` per block. Σ is the integer the Q6_K
+/// kernels form for the same block rewritten as Q6_K (`crate::q3_k`), so
+/// batches on the Q6_K panels keep this kernel's bits.
+#[inline(always)]
+unsafe fn q3_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f32; N] {
+    // SAFETY: every row holds `nb` blocks (checked by the wrappers); AVX2/FMA/F16C are enabled.
+    unsafe {
+        let (m3, m1) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1));
+        let mut acc = [0.0f32; N];
+        for i in 0..nb {
+            let x = w.add(i * 110);
+            prefetch_block(x, 110);
+            let ys = a.map(|p| p.add(i * 292));
+            let dx = fp16(x.add(108));
+            let sc128 = q3_k_scales(x.add(96));
+            let mut sc = [0i8; 16];
+            _mm_storeu_si128(sc.as_mut_ptr().cast(), sc128);
+            let sc16 = _mm256_cvtepi8_epi16(sc128);
+            let mut sumi = [_mm256_setzero_si256(); N];
+            for c in 0..N {
+                // -4 · Σ_s scale_s · bsum_s
+                let off = _mm256_madd_epi16(sc16, _mm256_loadu_si256(ys[c].add(260).cast()));
+                sumi[c] = _mm256_sub_epi32(sumi[c], _mm256_slli_epi32::<2>(off));
+            }
+            let hmask = load256(x);
+            for half in 0..2 {
+                let qs = load256(x.add(32 + 32 * half));
+                for k in 0..4 {
+                    // Shifts of whole 16-bit lanes: the masks keep each byte's own bits.
+                    let shift = _mm_cvtsi32_si128(2 * k as i32);
+                    let low = _mm256_and_si256(_mm256_srl_epi16(qs, shift), m3);
+                    let hshift = _mm_cvtsi32_si128((4 * half + k) as i32);
+                    let high = _mm256_and_si256(_mm256_srl_epi16(hmask, hshift), m1);
+                    let q = _mm256_or_si256(low, _mm256_slli_epi16::<2>(high));
+                    let s = 8 * half + 2 * k;
+                    let scale = _mm256_set_m128i(
+                        _mm_set1_epi16(sc[s + 1] as i16),
+                        _mm_set1_epi16(sc[s] as i16),
+                    );
+                    for c in 0..N {
+                        let q8 = load256(ys[c].add(4 + 128 * half + 32 * k));
+                        let p = _mm256_madd_epi16(scale, _mm256_maddubs_epi16(q, q8));
+                        sumi[c] = _mm256_add_epi32(sumi[c], p);
+                    }
+                }
+            }
+            for c in 0..N {
+                let dy = f32_at(ys[c]);
+                acc[c] = (dy * dx).mul_add(hsum_i32(sumi[c]) as f32, acc[c]);
+            }
+        }
+        acc
+    }
+}
+
 kernel_fns! { dot avx2;
+    Q3_K, Q8_K => vec_dot_q3_k, vec_dot_x4_q3_k = |nb, w, a| q3_k::<N>(nb, w, a);
     Q4_K, Q8_K => vec_dot_q4_k, vec_dot_x4_q4_k = |nb, w, a| q45_k::<N, false>(nb, w, a);
     Q5_K, Q8_K => vec_dot_q5_k, vec_dot_x4_q5_k = |nb, w, a| q45_k::<N, true>(nb, w, a);
     Q6_K, Q8_K => vec_dot_q6_k, vec_dot_x4_q6_k = |nb, w, a| q6_k::<N>(nb, w, a);

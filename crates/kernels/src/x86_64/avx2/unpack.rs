@@ -203,3 +203,8 @@ kernel_fns! { unpack avx2;
     Q6_K, 210, Q6_K_BLOCK => unpack_q6_k = |rows, rb, i, dst| unpack_q6_k_block(rows, rb, i, dst),
         meta: |rows, rb, i, dst| rows_meta(rows, rb, i, dst, crate::panel::q6_k_meta);
 }
+
+/// Q3_K rows into Q6_K panels, through the Q6_K blocks of the same values.
+pub(crate) fn unpack_q3_k(cols: usize, rows: &[u8], out: &mut [u8]) {
+    crate::q3_k::as_q6_k_rows(cols, rows, |q6| unpack_q6_k(cols, q6, out))
+}

@@ -180,3 +180,8 @@ kernel_fns! { unpack_legacy avx512;
     Q5_0, 22 => unpack_q5_0
         = |rows, rb, nb, out| unpack_legacy_quants(rows, rb, 22, nb, q5_0_unsigned, out);
 }
+
+/// Q3_K rows into Q6_K panels, through the Q6_K blocks of the same values.
+pub(crate) fn unpack_q3_k(cols: usize, rows: &[u8], out: &mut [u8]) {
+    crate::q3_k::as_q6_k_rows(cols, rows, |q6| unpack_q6_k(cols, q6, out))
+}
