@@ -52,6 +52,7 @@ pub mod dispatch;
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) mod prefetch;
 pub(crate) mod q3_k;
+pub(crate) mod q5_k;
 pub(crate) mod scalar;
 pub mod spin_pool;
 

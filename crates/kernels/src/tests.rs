@@ -28,7 +28,7 @@ mod avx512_native {
     use super::*;
     crate::isa_proptests!(Isa::Avx512Vnni;
         f32 => F32, q4_0 => Q4_0, q5_0 => Q5_0, q8_0 => Q8_0, q3_k => Q3_K, q4_k => Q4_K,
-        q6_k => Q6_K,
+        q5_k => Q5_K, q6_k => Q6_K,
     );
 }
 
@@ -39,7 +39,7 @@ mod amx_native {
     use super::*;
     crate::isa_proptests!(Isa::Amx;
         f32 => F32, q4_0 => Q4_0, q5_0 => Q5_0, q8_0 => Q8_0, q3_k => Q3_K, q4_k => Q4_K,
-        q6_k => Q6_K,
+        q5_k => Q5_K, q6_k => Q6_K,
     );
 
     /// The table's stored Q4_K and Q6_K panels are the tile unit's, not

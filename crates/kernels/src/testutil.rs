@@ -574,6 +574,7 @@ fn check_panel(k: &TypeKernels, n: usize, w: &[u8], cols: &[Vec<u8>], seed: u64,
         GgmlType::Q5_0 => crate::panel::unpack_q5_0,
         GgmlType::Q3_K => crate::q3_k::unpack_reference,
         GgmlType::Q4_K => crate::panel::unpack_q4_k,
+        GgmlType::Q5_K => crate::q5_k::unpack_panel,
         GgmlType::Q6_K => crate::panel::unpack_q6_k,
         _ => panic!("{ty}: no reference panel unpacker"),
     };

@@ -16,6 +16,7 @@ fn matmul_matches_row_dots() {
             GgmlType::Q4_0,
             GgmlType::Q3_K,
             GgmlType::Q4_K,
+            GgmlType::Q5_K,
             GgmlType::Q6_K,
             GgmlType::Q4_1,
             GgmlType::F16,

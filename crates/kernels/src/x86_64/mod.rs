@@ -505,6 +505,19 @@ const AVX512_Q3_K: TypeKernels = TypeKernels {
     ..AVX2_Q3_K
 };
 
+/// Q5_K on AVX-512's Q4_K panels (`crate::q5_k`).
+const AVX512_Q5_K: TypeKernels = TypeKernels {
+    isa: Isa::Avx512Vnni,
+    panel: match AVX512_Q4_K.panel {
+        Some(p) => Some(PanelFns {
+            unpack: crate::q5_k::unpack_panel,
+            ..p
+        }),
+        None => panic!("Q4_K without panels"),
+    },
+    ..AVX2_Q5_K
+};
+
 /// An AVX2 entry's kernels, tagged as the AVX-512 table's.
 const fn on_avx512(k: TypeKernels) -> TypeKernels {
     TypeKernels {
@@ -551,7 +564,7 @@ pub(crate) static AVX512: [TypeKernels; 13] = [
     on_avx512(AVX2_Q2_K),
     AVX512_Q3_K,
     AVX512_Q4_K,
-    on_avx512(AVX2_Q5_K),
+    AVX512_Q5_K,
     AVX512_Q6_K,
 ];
 
@@ -607,6 +620,6 @@ pub(crate) static AMX: [TypeKernels; 13] = [
     on_amx(on_avx512(AVX2_Q2_K)),
     on_amx(AVX512_Q3_K),
     AMX_Q4_K,
-    on_amx(on_avx512(AVX2_Q5_K)),
+    on_amx(AVX512_Q5_K),
     AMX_Q6_K,
 ];
