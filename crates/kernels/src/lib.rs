@@ -51,7 +51,9 @@ pub mod bandwidth;
 pub mod dispatch;
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) mod prefetch;
+#[cfg(any(test, target_arch = "x86_64"))]
 pub(crate) mod q3_k;
+#[cfg(any(test, target_arch = "x86_64"))]
 pub(crate) mod q5_k;
 pub(crate) mod scalar;
 pub mod spin_pool;

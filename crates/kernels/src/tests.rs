@@ -172,7 +172,7 @@ mod neon {
 mod dotprod {
     use super::*;
     crate::isa_proptests!(Isa::NeonDotprod;
-        f32 => F32, f16 => F16,
+        f32 => F32, f16 => F16, bf16 => BF16,
         q4_0 => Q4_0, q4_1 => Q4_1, q5_0 => Q5_0, q5_1 => Q5_1, q8_0 => Q8_0,
         q4_k => Q4_K, q5_k => Q5_K, q6_k => Q6_K,
     );

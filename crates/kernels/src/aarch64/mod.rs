@@ -51,16 +51,33 @@ const NEON_F32: TypeKernels = TypeKernels {
     ..scalar(T::F32)
 };
 
+/// F16 and BF16 batches widen both sides to take the F32 tile, whose bits
+/// their row kernels keep.
 const NEON_F16: TypeKernels = TypeKernels {
     isa: Isa::Neon,
     simd: ROW_SIMD,
     vec_dot: neon::vec_dot_f16,
     vec_dot_x4: None,
+    vec_dot_rows8: Some(neon::vec_dot_rows8_f16),
+    f32_tiles: Some(crate::dispatch::F32Tiles {
+        narrow: neon::F32_TILE,
+        wide: None,
+        widen: Some(neon::widen_f16),
+    }),
     ..scalar(T::F16)
 };
 
 const NEON_BF16: TypeKernels = TypeKernels {
     isa: Isa::Neon,
+    simd: ROW_SIMD,
+    vec_dot: neon::vec_dot_bf16,
+    vec_dot_x4: None,
+    vec_dot_rows8: Some(neon::vec_dot_rows8_bf16),
+    f32_tiles: Some(crate::dispatch::F32Tiles {
+        narrow: neon::F32_TILE,
+        wide: None,
+        widen: Some(neon::widen_bf16),
+    }),
     ..scalar(T::BF16)
 };
 

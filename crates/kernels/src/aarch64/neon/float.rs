@@ -1,9 +1,12 @@
-//! f32 and f16 row dot products; f32's eight-row kernel and 4×3 tile.
+//! Float rows (f32, and f16 and bf16 widened exactly): the row and
+//! eight-row kernels, f32's 4×3 tile, and the widening that lets f16 and
+//! bf16 batches take that tile.
 //!
-//! Every f32 path sums an output in one four-lane FMA chain (lane `l` adds
+//! Every path sums an output in one four-lane FMA chain (lane `l` adds
 //! `w[k]·a[k]` for `k ≡ l (mod 4)`, in order), reduces it with `vaddvq_f32`,
 //! then adds the last `n mod 4` products one by one: the tile and the
-//! eight-row kernel so give each output the row kernel's bits.
+//! eight-row kernel so give each output the row kernel's bits, and an f16 or
+//! bf16 row kernel those of the f32 one over the widened rows.
 
 use super::*;
 
@@ -26,39 +29,6 @@ unsafe fn ld4_f32(p: *const u8) -> float32x4_t {
     unsafe { vld1q_f32(p.cast()) }
 }
 
-/// f16 rows, in four chains.
-#[inline(always)]
-unsafe fn f16_body(n: usize, x: *const u8, y: *const u8) -> f32 {
-    // SAFETY: both rows hold `n` f16 values (checked by the wrapper).
-    unsafe {
-        let mut acc = [vdupq_n_f32(0.0); 4];
-        let mut i = 0;
-        while i + 16 <= n {
-            for (k, a) in acc.iter_mut().enumerate() {
-                let o = (i + 4 * k) * 2;
-                *a = vfmaq_f32(*a, cvt4(x.add(o)), cvt4(y.add(o)));
-            }
-            i += 16;
-        }
-        let mut sum = vaddvq_f32(vaddq_f32(
-            vaddq_f32(acc[0], acc[1]),
-            vaddq_f32(acc[2], acc[3]),
-        ));
-        while i < n {
-            sum += fp16(x.add(2 * i)) * fp16(y.add(2 * i));
-            i += 1;
-        }
-        sum
-    }
-}
-
-target_fns! { neon:
-    unsafe fn k_f16(n: usize, x: *const u8, y: *const u8) -> f32 {
-        // SAFETY: forwarded from the caller's contract.
-        unsafe { f16_body(n, x, y) }
-    }
-}
-
 /// Weight rows of the tile.
 const R: usize = 4;
 /// Tokens of the tile: its twelve sums and the vectors feeding them leave
@@ -72,54 +42,154 @@ pub(crate) const F32_TILE: crate::dispatch::F32Tile = crate::dispatch::F32Tile {
     tokens: T,
 };
 
+/// How a float row's elements load: four at a time as f32 lanes, or one.
+trait FloatElem {
+    /// Bytes per element.
+    const SIZE: usize;
+    /// Four elements at `p` as f32 lanes.
+    unsafe fn load4(p: *const u8) -> float32x4_t;
+    /// The element at `p` as f32.
+    unsafe fn one(p: *const u8) -> f32;
+}
+
+struct F32;
+struct F16;
+struct Bf16;
+
+impl FloatElem for F32 {
+    const SIZE: usize = 4;
+    #[inline(always)]
+    unsafe fn load4(p: *const u8) -> float32x4_t {
+        // SAFETY: forwarded (16 readable bytes).
+        unsafe { ld4_f32(p) }
+    }
+    #[inline(always)]
+    unsafe fn one(p: *const u8) -> f32 {
+        // SAFETY: forwarded (four readable bytes).
+        unsafe { f32_at(p) }
+    }
+}
+
+impl FloatElem for F16 {
+    const SIZE: usize = 2;
+    #[inline(always)]
+    unsafe fn load4(p: *const u8) -> float32x4_t {
+        // SAFETY: forwarded (eight readable bytes).
+        unsafe { cvt4(p) }
+    }
+    #[inline(always)]
+    unsafe fn one(p: *const u8) -> f32 {
+        // SAFETY: forwarded (two readable bytes).
+        unsafe { fp16(p) }
+    }
+}
+
+impl FloatElem for Bf16 {
+    const SIZE: usize = 2;
+    #[inline(always)]
+    unsafe fn load4(p: *const u8) -> float32x4_t {
+        // SAFETY: the caller passes eight readable bytes; a bf16 is an f32's high half.
+        unsafe { vreinterpretq_f32_u32(vshll_n_u16::<16>(vld1_u16(p.cast()))) }
+    }
+    #[inline(always)]
+    unsafe fn one(p: *const u8) -> f32 {
+        // SAFETY: the caller passes two readable bytes.
+        f32::from_bits(u32::from(unsafe { p.cast::<u16>().read_unaligned() }) << 16)
+    }
+}
+
 /// The products past the last whole four, added one by one to `sum`.
 #[inline(always)]
-unsafe fn f32_tail(n: usize, w: *const u8, a: *const u8, mut sum: f32) -> f32 {
+unsafe fn tail<E: FloatElem>(n: usize, w: *const u8, a: *const u8, mut sum: f32) -> f32 {
     for i in n / 4 * 4..n {
-        // SAFETY: both rows hold `n` values.
-        sum += unsafe { f32_at(w.add(4 * i)) * f32_at(a.add(4 * i)) };
+        // SAFETY: both rows hold `n` elements.
+        sum += unsafe { E::one(w.add(E::SIZE * i)) * E::one(a.add(E::SIZE * i)) };
     }
     sum
 }
 
+/// f32's tail.
 #[inline(always)]
-unsafe fn f32_row_body(n: usize, w: *const u8, a: *const u8) -> f32 {
-    // SAFETY: both rows hold `n` values (the wrapper's checks).
+unsafe fn f32_tail(n: usize, w: *const u8, a: *const u8, sum: f32) -> f32 {
+    // SAFETY: forwarded.
+    unsafe { tail::<F32>(n, w, a, sum) }
+}
+
+#[inline(always)]
+unsafe fn row_body<E: FloatElem>(n: usize, w: *const u8, a: *const u8) -> f32 {
+    // SAFETY: both rows hold `n` elements (the wrapper's checks).
     unsafe {
         let mut acc = vdupq_n_f32(0.0);
         for i in (0..n / 4 * 4).step_by(4) {
-            acc = vfmaq_f32(acc, ld4_f32(w.add(4 * i)), ld4_f32(a.add(4 * i)));
+            let o = E::SIZE * i;
+            acc = vfmaq_f32(acc, E::load4(w.add(o)), E::load4(a.add(o)));
         }
-        f32_tail(n, w, a, vaddvq_f32(acc))
+        tail::<E>(n, w, a, vaddvq_f32(acc))
+    }
+}
+
+#[inline(always)]
+unsafe fn rows8_body<E: FloatElem>(n: usize, w: *const u8, a: *const u8) -> [f32; 8] {
+    // SAFETY: eight rows of `n` elements back to back at `w`, `n` at `a`.
+    unsafe {
+        let row = |r: usize| w.add(E::SIZE * r * n);
+        let mut acc = [vdupq_n_f32(0.0); 8];
+        for i in (0..n / 4 * 4).step_by(4) {
+            let x = E::load4(a.add(E::SIZE * i));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                *acc = vfmaq_f32(*acc, E::load4(row(r).add(E::SIZE * i)), x);
+            }
+        }
+        std::array::from_fn(|r| tail::<E>(n, row(r), a, vaddvq_f32(acc[r])))
+    }
+}
+
+/// `n` elements at `src` widened into `dst`.
+#[inline(always)]
+unsafe fn widen_body<E: FloatElem>(n: usize, src: *const u8, dst: *mut f32) {
+    // SAFETY: `n` elements at `src`, room for `n` f32 at `dst`.
+    unsafe {
+        for i in (0..n / 4 * 4).step_by(4) {
+            vst1q_f32(dst.add(i), E::load4(src.add(E::SIZE * i)));
+        }
+        for i in n / 4 * 4..n {
+            *dst.add(i) = E::one(src.add(E::SIZE * i));
+        }
     }
 }
 
 target_fns! { neon:
     unsafe fn k_f32_row(n: usize, w: *const u8, a: *const u8) -> f32 {
         // SAFETY: forwarded from the caller's contract.
-        unsafe { f32_row_body(n, w, a) }
+        unsafe { row_body::<F32>(n, w, a) }
     }
-}
-
-#[inline(always)]
-unsafe fn f32_rows8_body(n: usize, w: *const u8, a: *const u8) -> [f32; 8] {
-    // SAFETY: eight rows of `n` values back to back at `w`, `n` at `a`.
-    unsafe {
-        let mut acc = [vdupq_n_f32(0.0); 8];
-        for i in (0..n / 4 * 4).step_by(4) {
-            let x = ld4_f32(a.add(4 * i));
-            for (r, acc) in acc.iter_mut().enumerate() {
-                *acc = vfmaq_f32(*acc, ld4_f32(w.add(4 * (r * n + i))), x);
-            }
-        }
-        std::array::from_fn(|r| f32_tail(n, w.add(4 * r * n), a, vaddvq_f32(acc[r])))
+    unsafe fn k_f16_row(n: usize, w: *const u8, a: *const u8) -> f32 {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { row_body::<F16>(n, w, a) }
     }
-}
-
-target_fns! { neon:
+    unsafe fn k_bf16_row(n: usize, w: *const u8, a: *const u8) -> f32 {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { row_body::<Bf16>(n, w, a) }
+    }
     unsafe fn k_f32_rows8(n: usize, w: *const u8, a: *const u8) -> [f32; 8] {
         // SAFETY: forwarded from the caller's contract.
-        unsafe { f32_rows8_body(n, w, a) }
+        unsafe { rows8_body::<F32>(n, w, a) }
+    }
+    unsafe fn k_f16_rows8(n: usize, w: *const u8, a: *const u8) -> [f32; 8] {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { rows8_body::<F16>(n, w, a) }
+    }
+    unsafe fn k_bf16_rows8(n: usize, w: *const u8, a: *const u8) -> [f32; 8] {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { rows8_body::<Bf16>(n, w, a) }
+    }
+    unsafe fn k_widen_f16(n: usize, src: *const u8, dst: *mut f32) {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { widen_body::<F16>(n, src, dst) }
+    }
+    unsafe fn k_widen_bf16(n: usize, src: *const u8, dst: *mut f32) {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { widen_body::<Bf16>(n, src, dst) }
     }
 }
 
@@ -182,9 +252,56 @@ fn f32_tile(n: usize, w: &[u8], a: &[u8], out: &mut [f32], _ahead: usize) {
     // reachable only after NEON detection.
     out.copy_from_slice(&unsafe { k_f32_tile(n, w.as_ptr(), a.as_ptr()) });
 }
+/// Checks that `bytes` holds `rows` rows of `n` two-byte elements.
+fn half_rows(n: usize, rows: usize, bytes: &[u8], what: &str) {
+    assert_eq!(
+        bytes.len(),
+        rows * n * 2,
+        "{what}: {rows} rows of {n} halves"
+    );
+}
+
 pub(crate) fn vec_dot_f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    row_blocks(GgmlType::F16, n, w);
-    row_blocks(GgmlType::F16, n, a);
-    // SAFETY: both rows hold `n` values (checked above); reachable only after NEON detection.
-    unsafe { k_f16(n, w.as_ptr(), a.as_ptr()) }
+    half_rows(n, 1, w, "weights");
+    half_rows(n, 1, a, "activations");
+    // SAFETY: one row of `n` halves each (checked above); reachable only after NEON
+    // detection.
+    unsafe { k_f16_row(n, w.as_ptr(), a.as_ptr()) }
+}
+
+pub(crate) fn vec_dot_bf16(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    half_rows(n, 1, w, "weights");
+    half_rows(n, 1, a, "activations");
+    // SAFETY: as in `vec_dot_f16`.
+    unsafe { k_bf16_row(n, w.as_ptr(), a.as_ptr()) }
+}
+
+pub(crate) fn vec_dot_rows8_f16(n: usize, w: &[u8], a: &[u8]) -> [f32; 8] {
+    half_rows(n, 8, w, "weights");
+    half_rows(n, 1, a, "activations");
+    // SAFETY: eight weight rows and one activation row of `n` halves (checked
+    // above); reachable only after NEON detection.
+    unsafe { k_f16_rows8(n, w.as_ptr(), a.as_ptr()) }
+}
+
+pub(crate) fn vec_dot_rows8_bf16(n: usize, w: &[u8], a: &[u8]) -> [f32; 8] {
+    half_rows(n, 8, w, "weights");
+    half_rows(n, 1, a, "activations");
+    // SAFETY: as in `vec_dot_rows8_f16`.
+    unsafe { k_bf16_rows8(n, w.as_ptr(), a.as_ptr()) }
+}
+
+/// F16 elements as f32, exactly.
+pub(crate) fn widen_f16(src: &[u8], dst: &mut [f32]) {
+    assert_eq!(src.len(), dst.len() * 2, "f16 elements and their f32");
+    // SAFETY: `dst.len()` halves at `src` and as many f32 at `dst` (checked above);
+    // reachable only after NEON detection.
+    unsafe { k_widen_f16(dst.len(), src.as_ptr(), dst.as_mut_ptr()) }
+}
+
+/// BF16 elements as f32, exactly.
+pub(crate) fn widen_bf16(src: &[u8], dst: &mut [f32]) {
+    assert_eq!(src.len(), dst.len() * 2, "bf16 elements and their f32");
+    // SAFETY: as in `widen_f16`.
+    unsafe { k_widen_bf16(dst.len(), src.as_ptr(), dst.as_mut_ptr()) }
 }

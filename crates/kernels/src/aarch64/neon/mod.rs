@@ -20,8 +20,7 @@ pub(crate) use float::*;
 pub(crate) use quantize::*;
 pub(crate) use tile::*;
 
-use crate::GgmlType;
-use crate::scalar::{k4_scales_mins, row_blocks};
+use crate::scalar::k4_scales_mins;
 use core::arch::aarch64::*;
 use core::arch::asm;
 use half::f16;
