@@ -204,15 +204,14 @@ const AVX2_Q8_0: TypeKernels = TypeKernels {
     ..scalar(T::Q8_0)
 };
 
-/// Q2_K: only the quantizer is SIMD (its dots stay scalar).
+/// Q2_K: row and 1×4 kernels; no panel type holds its blocks (sixteen-value
+/// sub-blocks with mins), so its batches take the 1×4 kernel.
 const AVX2_Q2_K: TypeKernels = TypeKernels {
     isa: Isa::Avx2,
-    simd: Simd {
-        quantize: true,
-        vec_dot: false,
-        vec_dot_x4: false,
-    },
+    simd: ALL_SIMD,
     quantize_activation: avx2::quantize_q8_k,
+    vec_dot: avx2::vec_dot_q2_k,
+    vec_dot_x4: Some(avx2::vec_dot_x4_q2_k),
     ..scalar(T::Q2_K)
 };
 

@@ -243,7 +243,66 @@ unsafe fn q3_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f
     }
 }
 
+/// Q2_K against `N` Q8_K rows: per sixteen values a 4-bit scale and a
+/// 4-bit min; the quants (0..3) are two bits of `qs` laid out as Q3_K's low
+/// bits. Per block the exact scaled sum and the exact sum of mins against
+/// the activation's bsums, each in its own chain (as Q4_K's), then
+/// `acc − accm`.
+#[inline(always)]
+unsafe fn q2_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f32; N] {
+    // SAFETY: every row holds `nb` blocks (checked by the wrappers); AVX2/FMA/F16C are enabled.
+    unsafe {
+        let (m3, m4) = (_mm256_set1_epi8(3), _mm_set1_epi8(0x0F));
+        let mut acc = [0.0f32; N];
+        let mut accm = [0.0f32; N];
+        for i in 0..nb {
+            let x = w.add(i * 84);
+            prefetch_block(x, 84);
+            let ys = a.map(|p| p.add(i * 292));
+            let (dx, dminx) = (fp16(x.add(80)), fp16(x.add(82)));
+            let packed = _mm_loadu_si128(x.cast());
+            let mut sc = [0u8; 16];
+            _mm_storeu_si128(sc.as_mut_ptr().cast(), _mm_and_si128(packed, m4));
+            let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(packed), m4));
+            let mut sumi = [_mm256_setzero_si256(); N];
+            for half in 0..2 {
+                let qs = load256(x.add(16 + 32 * half));
+                for k in 0..4 {
+                    // Shifts of whole 16-bit lanes: the mask keeps each byte's own bits.
+                    let q =
+                        _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * k as i32)), m3);
+                    let s = 8 * half + 2 * k;
+                    let scale = _mm256_set_m128i(
+                        _mm_set1_epi16(sc[s + 1] as i16),
+                        _mm_set1_epi16(sc[s] as i16),
+                    );
+                    for c in 0..N {
+                        let q8 = load256(ys[c].add(4 + 128 * half + 32 * k));
+                        let p = _mm256_madd_epi16(scale, _mm256_maddubs_epi16(q, q8));
+                        sumi[c] = _mm256_add_epi32(sumi[c], p);
+                    }
+                }
+            }
+            for c in 0..N {
+                let dy = f32_at(ys[c]);
+                let m = hsum_i32(_mm256_madd_epi16(
+                    mins,
+                    _mm256_loadu_si256(ys[c].add(260).cast()),
+                ));
+                (acc[c], accm[c]) =
+                    k_block_step(dy * dx, hsum_i32(sumi[c]), acc[c], dy * dminx, m, accm[c]);
+            }
+        }
+        let mut out = [0.0f32; N];
+        for c in 0..N {
+            out[c] = acc[c] - accm[c];
+        }
+        out
+    }
+}
+
 kernel_fns! { dot avx2;
+    Q2_K, Q8_K => vec_dot_q2_k, vec_dot_x4_q2_k = |nb, w, a| q2_k::<N>(nb, w, a);
     Q3_K, Q8_K => vec_dot_q3_k, vec_dot_x4_q3_k = |nb, w, a| q3_k::<N>(nb, w, a);
     Q4_K, Q8_K => vec_dot_q4_k, vec_dot_x4_q4_k = |nb, w, a| q45_k::<N, false>(nb, w, a);
     Q5_K, Q8_K => vec_dot_q5_k, vec_dot_x4_q5_k = |nb, w, a| q45_k::<N, true>(nb, w, a);
