@@ -82,6 +82,60 @@ unsafe fn q45_k<const N: usize, const HIGH: bool>(
     }
 }
 
+/// Adds each row's `scale_lo · Σ q·a` over the first sixteen of the 32
+/// quants `q` and `scale_hi · Σ q·a` over the last sixteen, against the
+/// activation quants at offset `at` of each Q8_K block in `ys`, into `sumi`
+/// (the sub-block step every K-quant with sixteen-value scales shares).
+#[inline(always)]
+unsafe fn add_scaled<const N: usize>(
+    q: __m256i,
+    (scale_lo, scale_hi): (i16, i16),
+    ys: [*const u8; N],
+    at: usize,
+    sumi: &mut [__m256i; N],
+) {
+    // SAFETY: each Q8_K block in `ys` has 32 quants at `at`; AVX2 is enabled in
+    // every kernel calling this.
+    unsafe {
+        let scale = _mm256_set_m128i(_mm_set1_epi16(scale_hi), _mm_set1_epi16(scale_lo));
+        for c in 0..N {
+            let q8 = load256(ys[c].add(at));
+            let p = _mm256_madd_epi16(scale, _mm256_maddubs_epi16(q, q8));
+            sumi[c] = _mm256_add_epi32(sumi[c], p);
+        }
+    }
+}
+
+/// Each row's sums started at `−2^SHIFT · Σ_s scale_s · bsum_s`: the offset
+/// taken back from quants used unsigned (`q + 2^SHIFT`), one per block
+/// through the Q8_K blocks' sixteen bsums.
+#[inline(always)]
+unsafe fn offset_sums<const N: usize, const SHIFT: i32>(
+    scales: __m256i,
+    ys: [*const u8; N],
+) -> [__m256i; N] {
+    // SAFETY: a Q8_K block has 16 i16 bsums at offset 260; AVX2 is enabled in
+    // every kernel calling this.
+    unsafe {
+        ys.map(|y| {
+            let off = _mm256_madd_epi16(scales, _mm256_loadu_si256(y.add(260).cast()));
+            _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<SHIFT>(off))
+        })
+    }
+}
+
+/// Quants `32k..32k+32` of a 128-value half whose two-bit quants lie in
+/// `qs` as Q2_K and Q3_K keep them: bits `2k..2k+2` of each byte.
+#[inline(always)]
+unsafe fn two_bits(qs: __m256i, k: usize) -> __m256i {
+    // SAFETY: AVX2 is enabled in every kernel calling this.
+    unsafe {
+        // Shifts of whole 16-bit lanes: the mask keeps each byte's own bits.
+        let shifted = _mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * k as i32));
+        _mm256_and_si256(shifted, _mm256_set1_epi8(3))
+    }
+}
+
 /// The 128 unsigned 6-bit quants (0..63) of half `half` of the Q6_K block at
 /// `x`, as four vectors of 32 consecutive values.
 #[inline(always)]
@@ -133,25 +187,13 @@ unsafe fn q6_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f
             let dx = fp16(x.add(208));
             let sc = &*x.add(192).cast::<[i8; 16]>();
             let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(sc.as_ptr().cast()));
-            let mut sumi = [_mm256_setzero_si256(); N];
-            for c in 0..N {
-                // -32 · Σ_s scale_s · bsum_s
-                let off = _mm256_madd_epi16(sc16, _mm256_loadu_si256(ys[c].add(260).cast()));
-                sumi[c] = _mm256_sub_epi32(sumi[c], _mm256_slli_epi32::<5>(off));
-            }
+            let mut sumi = offset_sums::<N, 5>(sc16, ys);
             for half in 0..2 {
                 let q = q6_k_quants(x, half);
                 for (k, &qk) in q.iter().enumerate() {
                     let s = 8 * half + 2 * k;
-                    let scale = _mm256_set_m128i(
-                        _mm_set1_epi16(sc[s + 1] as i16),
-                        _mm_set1_epi16(sc[s] as i16),
-                    );
-                    for c in 0..N {
-                        let q8 = load256(ys[c].add(4 + 128 * half + 32 * k));
-                        let p = _mm256_madd_epi16(scale, _mm256_maddubs_epi16(qk, q8));
-                        sumi[c] = _mm256_add_epi32(sumi[c], p);
-                    }
+                    let scales = (sc[s] as i16, sc[s + 1] as i16);
+                    add_scaled(qk, scales, ys, 4 + 128 * half + 32 * k, &mut sumi);
                 }
             }
             for c in 0..N {
@@ -195,7 +237,7 @@ unsafe fn q3_k_scales(p: *const u8) -> __m128i {
 unsafe fn q3_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f32; N] {
     // SAFETY: every row holds `nb` blocks (checked by the wrappers); AVX2/FMA/F16C are enabled.
     unsafe {
-        let (m3, m1) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1));
+        let m1 = _mm256_set1_epi8(1);
         let mut acc = [0.0f32; N];
         for i in 0..nb {
             let x = w.add(i * 110);
@@ -206,32 +248,19 @@ unsafe fn q3_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f
             let mut sc = [0i8; 16];
             _mm_storeu_si128(sc.as_mut_ptr().cast(), sc128);
             let sc16 = _mm256_cvtepi8_epi16(sc128);
-            let mut sumi = [_mm256_setzero_si256(); N];
-            for c in 0..N {
-                // -4 · Σ_s scale_s · bsum_s
-                let off = _mm256_madd_epi16(sc16, _mm256_loadu_si256(ys[c].add(260).cast()));
-                sumi[c] = _mm256_sub_epi32(sumi[c], _mm256_slli_epi32::<2>(off));
-            }
+            let mut sumi = offset_sums::<N, 2>(sc16, ys);
             let hmask = load256(x);
             for half in 0..2 {
                 let qs = load256(x.add(32 + 32 * half));
                 for k in 0..4 {
-                    // Shifts of whole 16-bit lanes: the masks keep each byte's own bits.
-                    let shift = _mm_cvtsi32_si128(2 * k as i32);
-                    let low = _mm256_and_si256(_mm256_srl_epi16(qs, shift), m3);
+                    // This chunk's hmask bit (a 16-bit lane shift: the mask keeps
+                    // each byte's own bit).
                     let hshift = _mm_cvtsi32_si128((4 * half + k) as i32);
                     let high = _mm256_and_si256(_mm256_srl_epi16(hmask, hshift), m1);
-                    let q = _mm256_or_si256(low, _mm256_slli_epi16::<2>(high));
+                    let q = _mm256_or_si256(two_bits(qs, k), _mm256_slli_epi16::<2>(high));
                     let s = 8 * half + 2 * k;
-                    let scale = _mm256_set_m128i(
-                        _mm_set1_epi16(sc[s + 1] as i16),
-                        _mm_set1_epi16(sc[s] as i16),
-                    );
-                    for c in 0..N {
-                        let q8 = load256(ys[c].add(4 + 128 * half + 32 * k));
-                        let p = _mm256_madd_epi16(scale, _mm256_maddubs_epi16(q, q8));
-                        sumi[c] = _mm256_add_epi32(sumi[c], p);
-                    }
+                    let scales = (sc[s] as i16, sc[s + 1] as i16);
+                    add_scaled(q, scales, ys, 4 + 128 * half + 32 * k, &mut sumi);
                 }
             }
             for c in 0..N {
@@ -252,7 +281,7 @@ unsafe fn q3_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f
 unsafe fn q2_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f32; N] {
     // SAFETY: every row holds `nb` blocks (checked by the wrappers); AVX2/FMA/F16C are enabled.
     unsafe {
-        let (m3, m4) = (_mm256_set1_epi8(3), _mm_set1_epi8(0x0F));
+        let m4 = _mm_set1_epi8(0x0F);
         let mut acc = [0.0f32; N];
         let mut accm = [0.0f32; N];
         for i in 0..nb {
@@ -268,19 +297,15 @@ unsafe fn q2_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f
             for half in 0..2 {
                 let qs = load256(x.add(16 + 32 * half));
                 for k in 0..4 {
-                    // Shifts of whole 16-bit lanes: the mask keeps each byte's own bits.
-                    let q =
-                        _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * k as i32)), m3);
                     let s = 8 * half + 2 * k;
-                    let scale = _mm256_set_m128i(
-                        _mm_set1_epi16(sc[s + 1] as i16),
-                        _mm_set1_epi16(sc[s] as i16),
+                    let scales = (sc[s] as i16, sc[s + 1] as i16);
+                    add_scaled(
+                        two_bits(qs, k),
+                        scales,
+                        ys,
+                        4 + 128 * half + 32 * k,
+                        &mut sumi,
                     );
-                    for c in 0..N {
-                        let q8 = load256(ys[c].add(4 + 128 * half + 32 * k));
-                        let p = _mm256_madd_epi16(scale, _mm256_maddubs_epi16(q, q8));
-                        sumi[c] = _mm256_add_epi32(sumi[c], p);
-                    }
                 }
             }
             for c in 0..N {
