@@ -26,6 +26,7 @@ fn batch_position_does_not_change_a_tokens_result() {
     let types = [
         GgmlType::F32,
         GgmlType::F16,
+        GgmlType::BF16,
         GgmlType::Q8_0,
         GgmlType::Q4_0,
         GgmlType::Q4_1,
