@@ -82,14 +82,73 @@ unsafe fn q45_k<const N: usize, const HIGH: bool>(
     }
 }
 
-/// Adds each row's `scale_lo · Σ q·a` over the first sixteen of the 32
-/// quants `q` and `scale_hi · Σ q·a` over the last sixteen, against the
-/// activation quants at offset `at` of each Q8_K block in `ys`, into `sumi`
-/// (the sub-block step every K-quant with sixteen-value scales shares).
+/// A block's sixteen sub-block scales as i16 (`scales`), arranged for
+/// [`scale_pair`]: the first eight in both 128-bit lanes, then the last eight.
+#[inline(always)]
+unsafe fn scale_halves(scales: __m256i) -> [__m256i; 2] {
+    // SAFETY: AVX2 is enabled in every kernel calling this.
+    unsafe {
+        [
+            _mm256_permute2x128_si256::<0x00>(scales, scales),
+            _mm256_permute2x128_si256::<0x11>(scales, scales),
+        ]
+    }
+}
+
+/// Scale `s` in every i16 of the low lane and scale `s + 1` in the high one
+/// (`s` even), one byte shuffle from [`scale_halves`].
+#[inline(always)]
+unsafe fn scale_pair(halves: &[__m256i; 2], s: usize) -> __m256i {
+    // SAFETY: AVX2 is enabled in every kernel calling this.
+    unsafe {
+        let lo = 2 * (s % 8) as i8;
+        let (a, b) = (lo, lo + 2);
+        let mask = _mm256_setr_epi8(
+            a,
+            a + 1,
+            a,
+            a + 1,
+            a,
+            a + 1,
+            a,
+            a + 1,
+            a,
+            a + 1,
+            a,
+            a + 1,
+            a,
+            a + 1,
+            a,
+            a + 1,
+            b,
+            b + 1,
+            b,
+            b + 1,
+            b,
+            b + 1,
+            b,
+            b + 1,
+            b,
+            b + 1,
+            b,
+            b + 1,
+            b,
+            b + 1,
+            b,
+            b + 1,
+        );
+        _mm256_shuffle_epi8(halves[s / 8], mask)
+    }
+}
+
+/// Adds each row's `Σ scale · q·a` over the 32 quants `q`, with `scale` the
+/// i16 scales of their two sixteen-value halves ([`scale_pair`]), against
+/// the activation quants at offset `at` of each Q8_K block in `ys`, into
+/// `sumi` (the sub-block step every K-quant with sixteen-value scales shares).
 #[inline(always)]
 unsafe fn add_scaled<const N: usize>(
     q: __m256i,
-    (scale_lo, scale_hi): (i16, i16),
+    scale: __m256i,
     ys: [*const u8; N],
     at: usize,
     sumi: &mut [__m256i; N],
@@ -97,7 +156,6 @@ unsafe fn add_scaled<const N: usize>(
     // SAFETY: each Q8_K block in `ys` has 32 quants at `at`; AVX2 is enabled in
     // every kernel calling this.
     unsafe {
-        let scale = _mm256_set_m128i(_mm_set1_epi16(scale_hi), _mm_set1_epi16(scale_lo));
         for c in 0..N {
             let q8 = load256(ys[c].add(at));
             let p = _mm256_madd_epi16(scale, _mm256_maddubs_epi16(q, q8));
@@ -185,15 +243,14 @@ unsafe fn q6_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f
             prefetch_block(x, 210);
             let ys = a.map(|p| p.add(i * 292));
             let dx = fp16(x.add(208));
-            let sc = &*x.add(192).cast::<[i8; 16]>();
-            let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(sc.as_ptr().cast()));
+            let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(x.add(192).cast()));
+            let halves = scale_halves(sc16);
             let mut sumi = offset_sums::<N, 5>(sc16, ys);
             for half in 0..2 {
                 let q = q6_k_quants(x, half);
                 for (k, &qk) in q.iter().enumerate() {
-                    let s = 8 * half + 2 * k;
-                    let scales = (sc[s] as i16, sc[s + 1] as i16);
-                    add_scaled(qk, scales, ys, 4 + 128 * half + 32 * k, &mut sumi);
+                    let scale = scale_pair(&halves, 8 * half + 2 * k);
+                    add_scaled(qk, scale, ys, 4 + 128 * half + 32 * k, &mut sumi);
                 }
             }
             for c in 0..N {
@@ -245,9 +302,8 @@ unsafe fn q3_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f
             let ys = a.map(|p| p.add(i * 292));
             let dx = fp16(x.add(108));
             let sc128 = q3_k_scales(x.add(96));
-            let mut sc = [0i8; 16];
-            _mm_storeu_si128(sc.as_mut_ptr().cast(), sc128);
             let sc16 = _mm256_cvtepi8_epi16(sc128);
+            let halves = scale_halves(sc16);
             let mut sumi = offset_sums::<N, 2>(sc16, ys);
             let hmask = load256(x);
             for half in 0..2 {
@@ -258,9 +314,8 @@ unsafe fn q3_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f
                     let hshift = _mm_cvtsi32_si128((4 * half + k) as i32);
                     let high = _mm256_and_si256(_mm256_srl_epi16(hmask, hshift), m1);
                     let q = _mm256_or_si256(two_bits(qs, k), _mm256_slli_epi16::<2>(high));
-                    let s = 8 * half + 2 * k;
-                    let scales = (sc[s] as i16, sc[s + 1] as i16);
-                    add_scaled(q, scales, ys, 4 + 128 * half + 32 * k, &mut sumi);
+                    let scale = scale_pair(&halves, 8 * half + 2 * k);
+                    add_scaled(q, scale, ys, 4 + 128 * half + 32 * k, &mut sumi);
                 }
             }
             for c in 0..N {
@@ -290,18 +345,16 @@ unsafe fn q2_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f
             let ys = a.map(|p| p.add(i * 292));
             let (dx, dminx) = (fp16(x.add(80)), fp16(x.add(82)));
             let packed = _mm_loadu_si128(x.cast());
-            let mut sc = [0u8; 16];
-            _mm_storeu_si128(sc.as_mut_ptr().cast(), _mm_and_si128(packed, m4));
+            let halves = scale_halves(_mm256_cvtepu8_epi16(_mm_and_si128(packed, m4)));
             let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(packed), m4));
             let mut sumi = [_mm256_setzero_si256(); N];
             for half in 0..2 {
                 let qs = load256(x.add(16 + 32 * half));
                 for k in 0..4 {
-                    let s = 8 * half + 2 * k;
-                    let scales = (sc[s] as i16, sc[s + 1] as i16);
+                    let scale = scale_pair(&halves, 8 * half + 2 * k);
                     add_scaled(
                         two_bits(qs, k),
-                        scales,
+                        scale,
                         ys,
                         4 + 128 * half + 32 * k,
                         &mut sumi,
