@@ -9,10 +9,11 @@
 //! won. Q8_0 (full 8-bit quants against 8-bit activations) would saturate
 //! one pair, so its panel holds i16 quants for `vpmaddwd`.
 //!
-//! A 256-bit vector holds half a panel (eight rows), and sixteen registers
-//! hold the i16 and i32 sums and the float accumulator of four tokens: each
-//! kernel makes one pass per half and per group of four tokens, every pass
-//! computing its (row, token) results with the row kernel's bits.
+//! A 256-bit vector holds half a panel (eight rows). Two loads per cycle
+//! feed the two `vpmaddubsw` pipes only if each load feeds more than one
+//! multiply, so the K-quant kernels make one pass per group of four tokens
+//! over both halves, each broadcast activation meeting both halves' quants.
+//! Every pass computes its (row, token) results with the row kernel's bits.
 
 use super::*;
 use crate::panel::{
@@ -167,107 +168,125 @@ unsafe fn q8_0_panel<const T: usize>(
     }
 }
 
-/// Half `h` of a Q4_K panel against four tokens: `acc − accm`, the sums of
-/// scaled quant products and of scaled mins in two passes (each its own
-/// chain, as in the row kernel).
+/// A Q4_K panel (both halves) against four tokens: `acc − accm`, the sums
+/// of scaled quant products and of scaled mins in two passes (each its own
+/// chain, as in the row kernel). Each broadcast activation meets both
+/// halves' quants, so a `vpmaddubsw` costs 0.75 loads rather than 1.25.
 #[inline(always)]
-unsafe fn q4_k_half(nb: usize, panel: *const u8, ys: [*const u8; G]) -> [__m256; G] {
+unsafe fn q4_k_pass(nb: usize, panel: *const u8, ys: [*const u8; G]) -> [[__m256; 2]; G] {
     // SAFETY: as for [`legacy_block`], with Q4_K panel and prepared blocks.
     unsafe {
-        let mut acc = [_mm256_setzero_ps(); G];
+        let mut acc = [[_mm256_setzero_ps(); 2]; G];
         for i in 0..nb {
             let p = panel.add(i * Q4_K_BLOCK);
             let y: [*const u8; G] = std::array::from_fn(|t| ys[t].add(i * Q4_K_ACT));
-            let mut s32 = [_mm256_setzero_si256(); G];
+            let mut s32 = [[_mm256_setzero_si256(); 2]; G];
             for s in 0..8 {
-                // The scale (< 64, an i32 lane) as the i16 pair (scale, scale).
-                let sc = load256(p.add(4096 + 64 * s));
-                let sc = _mm256_or_si256(sc, _mm256_slli_epi32::<16>(sc));
                 // Eight dwords of quants 0..15 against i8 activations: each
                 // i16 lane at most 8 · 2 · 15 · 128 < 2^15.
-                let mut s16 = [_mm256_setzero_si256(); G];
+                let mut s16 = [[_mm256_setzero_si256(); 2]; G];
                 for k in 0..8 {
-                    let w = load256(p.add(512 * s + 64 * k));
+                    let w = [0, 1].map(|h| load256(p.add(512 * s + 64 * k + 32 * h)));
                     for t in 0..G {
-                        let m = _mm256_maddubs_epi16(
-                            w,
-                            bcast(y[t].add(Q4_K_ACT_QUANTS + 32 * s + 4 * k)),
-                        );
-                        s16[t] = _mm256_add_epi16(s16[t], m);
+                        let a = bcast(y[t].add(Q4_K_ACT_QUANTS + 32 * s + 4 * k));
+                        for h in 0..2 {
+                            let m = _mm256_maddubs_epi16(w[h], a);
+                            s16[t][h] = _mm256_add_epi16(s16[t][h], m);
+                        }
                     }
                 }
-                for t in 0..G {
-                    s32[t] = _mm256_add_epi32(s32[t], _mm256_madd_epi16(s16[t], sc));
+                for h in 0..2 {
+                    // The scale (< 64, an i32 lane) as the i16 pair (scale, scale).
+                    let sc = load256(p.add(4096 + 64 * s + 32 * h));
+                    let sc = _mm256_or_si256(sc, _mm256_slli_epi32::<16>(sc));
+                    for t in 0..G {
+                        let m = _mm256_madd_epi16(s16[t][h], sc);
+                        s32[t][h] = _mm256_add_epi32(s32[t][h], m);
+                    }
                 }
             }
-            let dw = _mm256_loadu_ps(p.add(4864).cast());
-            for t in 0..G {
-                acc[t] = float_step(acc[t], dw, y[t], s32[t]);
+            for h in 0..2 {
+                let dw = _mm256_loadu_ps(p.add(4864 + 32 * h).cast());
+                for t in 0..G {
+                    acc[t][h] = float_step(acc[t][h], dw, y[t], s32[t][h]);
+                }
             }
         }
-        let mut accm = [_mm256_setzero_ps(); G];
+        let mut accm = [[_mm256_setzero_ps(); 2]; G];
         for i in 0..nb {
             let p = panel.add(i * Q4_K_BLOCK);
             let y: [*const u8; G] = std::array::from_fn(|t| ys[t].add(i * Q4_K_ACT));
-            let mut m32 = [_mm256_setzero_si256(); G];
+            let mut m32 = [[_mm256_setzero_si256(); 2]; G];
             for pair in 0..4 {
-                let mins = load256(p.add(4608 + 64 * pair));
+                let mins = [0, 1].map(|h| load256(p.add(4608 + 64 * pair + 32 * h)));
                 for t in 0..G {
-                    let m = _mm256_madd_epi16(mins, bcast(y[t].add(Q4_K_ACT_SUMS + 4 * pair)));
-                    m32[t] = _mm256_add_epi32(m32[t], m);
+                    let a = bcast(y[t].add(Q4_K_ACT_SUMS + 4 * pair));
+                    for h in 0..2 {
+                        let m = _mm256_madd_epi16(mins[h], a);
+                        m32[t][h] = _mm256_add_epi32(m32[t][h], m);
+                    }
                 }
             }
-            let dmin = _mm256_loadu_ps(p.add(4928).cast());
-            for t in 0..G {
-                accm[t] = float_step(accm[t], dmin, y[t], m32[t]);
+            for h in 0..2 {
+                let dmin = _mm256_loadu_ps(p.add(4928 + 32 * h).cast());
+                for t in 0..G {
+                    accm[t][h] = float_step(accm[t][h], dmin, y[t], m32[t][h]);
+                }
             }
         }
-        std::array::from_fn(|t| _mm256_sub_ps(acc[t], accm[t]))
+        std::array::from_fn(|t| [0, 1].map(|h| _mm256_sub_ps(acc[t][h], accm[t][h])))
     }
 }
 
-/// Half `h` of a Q6_K panel against four tokens.
+/// A Q6_K panel (both halves) against four tokens; each broadcast pair of
+/// activations meets both halves' quants.
 #[inline(always)]
-unsafe fn q6_k_half(nb: usize, panel: *const u8, ys: [*const u8; G]) -> [__m256; G] {
+unsafe fn q6_k_pass(nb: usize, panel: *const u8, ys: [*const u8; G]) -> [[__m256; 2]; G] {
     // SAFETY: as for [`legacy_block`], with Q6_K panel and prepared blocks.
     unsafe {
-        let mut acc = [_mm256_setzero_ps(); G];
+        let mut acc = [[_mm256_setzero_ps(); 2]; G];
         for i in 0..nb {
             let p = panel.add(i * Q6_K_BLOCK);
             let y: [*const u8; G] = std::array::from_fn(|t| ys[t].add(i * Q6_K_ACT));
             // The row's stored term takes the activations' +128 back.
-            let mut s32 = [load256(p.add(5120)); G];
+            let mut s32 = [[0, 1].map(|h| load256(p.add(5120 + 32 * h))); G];
             for s in 0..16 {
                 // The scale (an i8, sign-extended in its i32 lane) as the i16
                 // pair (scale, scale).
-                let sc = load256(p.add(4096 + 64 * s));
-                let sc = _mm256_blend_epi16::<0b1010_1010>(sc, _mm256_slli_epi32::<16>(sc));
+                let sc = [0, 1].map(|h| {
+                    let sc = load256(p.add(4096 + 64 * s + 32 * h));
+                    _mm256_blend_epi16::<0b1010_1010>(sc, _mm256_slli_epi32::<16>(sc))
+                });
                 // Two dwords of (a + 128) · (q − 32) per i16 sum: at most
                 // 2 · 2 · 255 · 32 < 2^15.
                 for j in 0..2 {
-                    let (w0, w1) = (
-                        load256(p.add(256 * s + 128 * j)),
-                        load256(p.add(256 * s + 128 * j + 64)),
-                    );
+                    let w0 = [0, 1].map(|h| load256(p.add(256 * s + 128 * j + 32 * h)));
+                    let w1 = [0, 1].map(|h| load256(p.add(256 * s + 128 * j + 64 + 32 * h)));
                     for t in 0..G {
                         let a = y[t].add(Q6_K_ACT_QUANTS + 16 * s + 8 * j);
-                        let m0 = _mm256_maddubs_epi16(bcast(a), w0);
-                        let m1 = _mm256_maddubs_epi16(bcast(a.add(4)), w1);
-                        let s16 = _mm256_add_epi16(m0, m1);
-                        s32[t] = _mm256_add_epi32(s32[t], _mm256_madd_epi16(s16, sc));
+                        let (a0, a1) = (bcast(a), bcast(a.add(4)));
+                        for h in 0..2 {
+                            let m0 = _mm256_maddubs_epi16(a0, w0[h]);
+                            let m1 = _mm256_maddubs_epi16(a1, w1[h]);
+                            let s16 = _mm256_add_epi16(m0, m1);
+                            let m = _mm256_madd_epi16(s16, sc[h]);
+                            s32[t][h] = _mm256_add_epi32(s32[t][h], m);
+                        }
                     }
                 }
             }
-            let dw = _mm256_loadu_ps(p.add(5184).cast());
-            for t in 0..G {
-                acc[t] = float_step(acc[t], dw, y[t], s32[t]);
+            for h in 0..2 {
+                let dw = _mm256_loadu_ps(p.add(5184 + 32 * h).cast());
+                for t in 0..G {
+                    acc[t][h] = float_step(acc[t][h], dw, y[t], s32[t][h]);
+                }
             }
         }
         acc
     }
 }
 
-/// A K-quant panel against `T` tokens, half by half and four tokens at a time.
+/// A K-quant panel against `T` tokens, four tokens at a time.
 #[inline(always)]
 unsafe fn k_panel<const T: usize>(
     nb: usize,
@@ -275,15 +294,15 @@ unsafe fn k_panel<const T: usize>(
     acts: *const u8,
     arow: usize,
     out: *mut f32,
-    half: unsafe fn(usize, *const u8, [*const u8; G]) -> [__m256; G],
+    pass: unsafe fn(usize, *const u8, [*const u8; G]) -> [[__m256; 2]; G],
 ) {
     // SAFETY: as for [`legacy_panel`].
     unsafe {
         for t0 in (0..T).step_by(G) {
             let ys = std::array::from_fn(|t| acts.add((t0 + t) * arow));
-            for h in 0..2 {
-                let r = half(nb, panel.add(32 * h), ys);
-                for (t, &r) in r.iter().enumerate() {
+            let r = pass(nb, panel, ys);
+            for (t, r) in r.iter().enumerate() {
+                for (h, &r) in r.iter().enumerate() {
                     _mm256_storeu_ps(out.add(16 * (t0 + t) + 8 * h), r);
                 }
             }
@@ -292,16 +311,16 @@ unsafe fn k_panel<const T: usize>(
 }
 
 target_fns! { avx2:
-    unsafe fn q4_k_half_avx2(nb: usize, panel: *const u8, ys: [*const u8; G]) -> [__m256; G] {
+    unsafe fn q4_k_pass_avx2(nb: usize, panel: *const u8, ys: [*const u8; G]) -> [[__m256; 2]; G] {
         // SAFETY: forwarded from the caller's contract.
-        unsafe { q4_k_half(nb, panel, ys) }
+        unsafe { q4_k_pass(nb, panel, ys) }
     }
 }
 
 target_fns! { avx2:
-    unsafe fn q6_k_half_avx2(nb: usize, panel: *const u8, ys: [*const u8; G]) -> [__m256; G] {
+    unsafe fn q6_k_pass_avx2(nb: usize, panel: *const u8, ys: [*const u8; G]) -> [[__m256; 2]; G] {
         // SAFETY: forwarded from the caller's contract.
-        unsafe { q6_k_half(nb, panel, ys) }
+        unsafe { q6_k_pass(nb, panel, ys) }
     }
 }
 
@@ -314,7 +333,7 @@ pub(super) unsafe fn q6_k_panel<const T: usize>(
     out: *mut f32,
 ) {
     // SAFETY: forwarded from the caller's contract.
-    unsafe { k_panel::<T>(nb, panel, acts, arow, out, q6_k_half_avx2) }
+    unsafe { k_panel::<T>(nb, panel, acts, arow, out, q6_k_pass_avx2) }
 }
 
 #[inline(always)]
@@ -326,7 +345,7 @@ pub(super) unsafe fn q4_k_panel<const T: usize>(
     out: *mut f32,
 ) {
     // SAFETY: forwarded from the caller's contract.
-    unsafe { k_panel::<T>(nb, panel, acts, arow, out, q4_k_half_avx2) }
+    unsafe { k_panel::<T>(nb, panel, acts, arow, out, q4_k_pass_avx2) }
 }
 
 kernel_fns! { panels avx2;
