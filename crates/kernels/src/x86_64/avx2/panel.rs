@@ -11,7 +11,7 @@
 //!
 //! A 256-bit vector holds half a panel (eight rows). Two loads per cycle
 //! feed the two `vpmaddubsw` pipes only if each load feeds more than one
-//! multiply, so the K-quant kernels make one pass per group of four tokens
+//! multiply, so every kernel makes one pass per group of four tokens
 //! over both halves, each broadcast activation meeting both halves' quants.
 //! Every pass computes its (row, token) results with the row kernel's bits.
 
@@ -50,43 +50,53 @@ unsafe fn float_step(acc: __m256, dw: __m256, da: *const u8, sum: __m256i) -> __
     }
 }
 
-/// One block-half of a legacy panel (`p`, eight rows) against `T` tokens'
-/// blocks (`ys`): each token's exact sum `Σ(w + o)·a − o·Σa`, then the row
-/// kernel's `acc = fma(d_w·d_a, Σ, acc)` on its chain. The block's weights
-/// are loaded once for all the tokens. `STEPS` quant dwords are summed in
+/// One legacy panel block (both halves) against four tokens' blocks (`ys`):
+/// each token's exact sum `Σ(w + o)·a − o·Σa`, then the row kernel's
+/// `acc = fma(d_w·d_a, Σ, acc)` on the block's chain (`acc`). Each broadcast
+/// activation meets both halves' quants. `STEPS` quant dwords are summed in
 /// i16 before widening.
 #[inline(always)]
-pub(super) unsafe fn legacy_block<const T: usize, const STEPS: usize>(
+unsafe fn legacy_block<const STEPS: usize>(
     p: *const u8,
-    ys: [*const u8; T],
-    acc: &mut [__m256; T],
+    ys: [*const u8; G],
+    acc: &mut [[__m256; 2]; G],
 ) {
-    // SAFETY: a whole panel block-half at `p` and a whole prepared block per
+    // SAFETY: a whole panel block at `p` and a whole prepared block per
     // token (the wrapper's checks); AVX2/FMA are enabled in the callers.
     unsafe {
         let ones = _mm256_set1_epi16(1);
-        let w: [__m256i; 8] = std::array::from_fn(|k| load256(p.add(64 * k)));
-        let dw = _mm256_loadu_ps(p.add(512).cast());
-        for t in 0..T {
-            let y = ys[t];
-            // The sum starts at `−Σa · 2^shift`, which takes the weights' offset back.
-            let mut s32 = bcast(y.add(36));
-            for g in (0..8).step_by(STEPS) {
-                let mut s16 = _mm256_maddubs_epi16(w[g], bcast(y.add(4 * g)));
-                for (k, &wk) in w.iter().enumerate().take(g + STEPS).skip(g + 1) {
-                    let m = _mm256_maddubs_epi16(wk, bcast(y.add(4 * k)));
-                    s16 = _mm256_add_epi16(s16, m);
+        // The sum starts at `−Σa · 2^shift`, which takes the weights' offset back.
+        let mut s32: [[__m256i; 2]; G] = std::array::from_fn(|t| [bcast(ys[t].add(36)); 2]);
+        for g in (0..8).step_by(STEPS) {
+            let mut s16 = [[_mm256_setzero_si256(); 2]; G];
+            for k in g..g + STEPS {
+                let w = [0, 1].map(|h| load256(p.add(64 * k + 32 * h)));
+                for t in 0..G {
+                    let a = bcast(ys[t].add(4 * k));
+                    for h in 0..2 {
+                        let m = _mm256_maddubs_epi16(w[h], a);
+                        s16[t][h] = _mm256_add_epi16(s16[t][h], m);
+                    }
                 }
-                s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(s16, ones));
             }
-            acc[t] = float_step(acc[t], dw, y.add(32), s32);
+            for t in 0..G {
+                for h in 0..2 {
+                    let m = _mm256_madd_epi16(s16[t][h], ones);
+                    s32[t][h] = _mm256_add_epi32(s32[t][h], m);
+                }
+            }
+        }
+        for h in 0..2 {
+            let dw = _mm256_loadu_ps(p.add(512 + 32 * h).cast());
+            for t in 0..G {
+                acc[t][h] = float_step(acc[t][h], dw, ys[t].add(32), s32[t][h]);
+            }
         }
     }
 }
 
-/// A legacy panel against `T` tokens: even and odd blocks in two chains,
-/// added at the end (the row kernels' order). Block by block, each half's
-/// weights loaded once for every token; the accumulators live in memory.
+/// A legacy panel against `T` tokens, four at a time: even and odd blocks
+/// in two chains, added at the end (the row kernels' order).
 #[inline(always)]
 unsafe fn legacy_panel<const T: usize, const STEPS: usize>(
     nb: usize,
@@ -98,19 +108,18 @@ unsafe fn legacy_panel<const T: usize, const STEPS: usize>(
     // SAFETY: `nb` panel blocks, `T` prepared rows and `16·T` output floats
     // (the wrapper's checks); AVX2/FMA are enabled in the callers.
     unsafe {
-        // [chain][half][token]
-        let mut acc = [[[_mm256_setzero_ps(); T]; 2]; 2];
-        for i in 0..nb {
-            let ys: [*const u8; T] = std::array::from_fn(|t| acts.add(t * arow + i * LEGACY_ACT));
-            let chain = &mut acc[i % 2];
-            for (h, acc) in chain.iter_mut().enumerate() {
-                legacy_block::<T, STEPS>(panel.add(i * LEGACY_BLOCK + 32 * h), ys, acc);
+        for t0 in (0..T).step_by(G) {
+            // [chain][token][half]
+            let mut acc = [[[_mm256_setzero_ps(); 2]; G]; 2];
+            for i in 0..nb {
+                let ys = std::array::from_fn(|t| acts.add((t0 + t) * arow + i * LEGACY_ACT));
+                legacy_block::<STEPS>(panel.add(i * LEGACY_BLOCK), ys, &mut acc[i % 2]);
             }
-        }
-        let [even, odd] = acc;
-        for (h, (even, odd)) in even.iter().zip(&odd).enumerate() {
-            for (t, (&e, &o)) in even.iter().zip(odd).enumerate() {
-                _mm256_storeu_ps(out.add(16 * t + 8 * h), _mm256_add_ps(e, o));
+            let [even, odd] = acc;
+            for (t, (even, odd)) in even.iter().zip(&odd).enumerate() {
+                for (h, (&e, &o)) in even.iter().zip(odd).enumerate() {
+                    _mm256_storeu_ps(out.add(16 * (t0 + t) + 8 * h), _mm256_add_ps(e, o));
+                }
             }
         }
     }
