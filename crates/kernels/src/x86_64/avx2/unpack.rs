@@ -93,8 +93,12 @@ unsafe fn unpack_legacy_block(
     // SAFETY: as for `unpack_q8_0_i16_block`, with legacy rows and panel block.
     unsafe {
         for h in 0..2 {
-            let v: [__m256i; 8] =
-                std::array::from_fn(|r| quants(rows.add((8 * h + r) * rb + wsize * i)));
+            // A plain loop, not `array::from_fn`: its closure is compiled
+            // apart, without AVX2, and `quants` through it a call per block.
+            let mut v = [_mm256_setzero_si256(); 8];
+            for (r, v) in v.iter_mut().enumerate() {
+                *v = quants(rows.add((8 * h + r) * rb + wsize * i));
+            }
             for (k, o) in transpose8(v).into_iter().enumerate() {
                 store(dst.add(64 * k + 32 * h), o);
             }
