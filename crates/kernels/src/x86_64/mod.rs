@@ -32,9 +32,13 @@ const ALL_SIMD: Simd = Simd {
     vec_dot_x4: true,
 };
 
-/// Batches of this many tokens or more take the AVX2 panels (fewer go
-/// through the tiles, which are faster there).
+/// Batches of this many tokens or more take the AVX2 Q8_0 and Q6_K panels
+/// (fewer go through the tiles, which are faster there).
 const AVX2_PANEL_MIN_TOKENS: usize = 20;
+/// The same for Q4_0 and Q5_0, whose panels pass the tiles sooner.
+const AVX2_LEGACY_PANEL_MIN_TOKENS: usize = 8;
+/// The same for Q4_K.
+const AVX2_Q4_K_PANEL_MIN_TOKENS: usize = 12;
 /// The same for the AVX-512 panels.
 const AVX512_PANEL_MIN_TOKENS: usize = 32;
 
@@ -119,7 +123,7 @@ const AVX2_Q4_0: TypeKernels = TypeKernels {
         block_bytes: panel::LEGACY_BLOCK,
         act_block_bytes: panel::LEGACY_ACT,
         block_values: 32,
-        min_tokens: AVX2_PANEL_MIN_TOKENS,
+        min_tokens: AVX2_LEGACY_PANEL_MIN_TOKENS,
     }),
     ..scalar(T::Q4_0)
 };
@@ -158,7 +162,7 @@ const AVX2_Q5_0: TypeKernels = TypeKernels {
         block_bytes: panel::LEGACY_BLOCK,
         act_block_bytes: panel::LEGACY_ACT,
         block_values: 32,
-        min_tokens: AVX2_PANEL_MIN_TOKENS,
+        min_tokens: AVX2_LEGACY_PANEL_MIN_TOKENS,
     }),
     ..scalar(T::Q5_0)
 };
@@ -256,7 +260,7 @@ const AVX2_Q4_K: TypeKernels = TypeKernels {
         block_bytes: panel::Q4_K_BLOCK,
         act_block_bytes: panel::Q4_K_ACT,
         block_values: 256,
-        min_tokens: AVX2_PANEL_MIN_TOKENS,
+        min_tokens: AVX2_Q4_K_PANEL_MIN_TOKENS,
     }),
     ..scalar(T::Q4_K)
 };
