@@ -182,6 +182,25 @@ unsafe fn offset_sums<const N: usize, const SHIFT: i32>(
     }
 }
 
+/// The block's float step per row, `acc = fma(d_w·d_a, Σ, acc)` with Σ the
+/// row's exact sum (`sumi`) and `d_a` the Q8_K block's scale.
+#[inline(always)]
+unsafe fn float_steps<const N: usize>(
+    acc: &mut [f32; N],
+    dx: f32,
+    ys: [*const u8; N],
+    sumi: [__m256i; N],
+) {
+    // SAFETY: each Q8_K block in `ys` starts with its f32 scale; AVX2 is
+    // enabled in every kernel calling this.
+    unsafe {
+        for c in 0..N {
+            let dy = f32_at(ys[c]);
+            acc[c] = (dy * dx).mul_add(hsum_i32(sumi[c]) as f32, acc[c]);
+        }
+    }
+}
+
 /// Quants `32k..32k+32` of a 128-value half whose two-bit quants lie in
 /// `qs` as Q2_K and Q3_K keep them: bits `2k..2k+2` of each byte.
 #[inline(always)]
@@ -253,10 +272,7 @@ unsafe fn q6_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f
                     add_scaled(qk, scale, ys, 4 + 128 * half + 32 * k, &mut sumi);
                 }
             }
-            for c in 0..N {
-                let dy = f32_at(ys[c]);
-                acc[c] = (dy * dx).mul_add(hsum_i32(sumi[c]) as f32, acc[c]);
-            }
+            float_steps(&mut acc, dx, ys, sumi);
         }
         acc
     }
@@ -318,10 +334,7 @@ unsafe fn q3_k<const N: usize>(nb: usize, w: *const u8, a: [*const u8; N]) -> [f
                     add_scaled(q, scale, ys, 4 + 128 * half + 32 * k, &mut sumi);
                 }
             }
-            for c in 0..N {
-                let dy = f32_at(ys[c]);
-                acc[c] = (dy * dx).mul_add(hsum_i32(sumi[c]) as f32, acc[c]);
-            }
+            float_steps(&mut acc, dx, ys, sumi);
         }
         acc
     }
