@@ -6,35 +6,19 @@
 use lamina_kernels::matmul::{Layout, Scratch, Weights, matmul};
 use lamina_kernels::pool::{Rayon, Serial, ThreadPool};
 use lamina_kernels::{GgmlType, kernels};
-use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+// The crate's own counting allocator, which dependents get through the
+// `test-support` feature.
+#[path = "../src/alloc_count.rs"]
+mod alloc_count;
 
-struct Counting;
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: AllocLayout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: AllocLayout) {
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: AllocLayout, n: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
+use alloc_count::{CountingAlloc, allocations, count_threads};
 
 #[global_allocator]
-static A: Counting = Counting;
+static A: CountingAlloc = CountingAlloc;
 
 #[test]
 fn matmul_does_not_allocate_once_scratch_is_sized() {
+    count_threads();
     for ty in [GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_K] {
         let k = kernels(ty).unwrap();
         // Seven tokens: a padded last group for every tile width.
@@ -69,9 +53,9 @@ fn matmul_does_not_allocate_once_scratch_is_sized() {
                     };
                     // Warm-up: rayon starts its threads and their queues on first use.
                     (0..8).for_each(|_| call());
-                    let before = ALLOCS.load(Ordering::SeqCst);
+                    let before = allocations();
                     (0..3).for_each(|_| call());
-                    let after = ALLOCS.load(Ordering::SeqCst);
+                    let after = allocations();
                     assert_eq!(
                         after,
                         before,

@@ -6,7 +6,7 @@
 
 use std::ops::Range;
 
-use lamina_kernels::alloc_count::{CountingAlloc, allocations};
+use lamina_kernels::alloc_count::{CountingAlloc, allocations, count_threads};
 use lamina_kernels::pool::{Rayon, Serial, ThreadPool};
 use lamina_model::convert::{ConvertOptions, OutType, convert};
 use lamina_model::{Model, Workspace};
@@ -31,8 +31,8 @@ fn batch(lens: &[usize]) -> (Vec<u32>, Vec<Range<usize>>, Vec<usize>) {
 
 #[test]
 fn encoder_forward_does_not_allocate_once_sized() {
+    count_threads();
     let dir = tempfile::tempdir().unwrap();
-    // One test in this file, so nothing else allocates in the measured windows.
     for (name, pooler) in [("minilm", false), ("nomic", false), ("ms-marco", true)] {
         let ckpt = lamina_testkit::checkpoint::write_embedder(name, dir.path()).unwrap();
         let out = dir.path().join(format!("{name}.gguf"));

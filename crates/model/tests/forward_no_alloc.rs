@@ -14,17 +14,17 @@ mod common;
 
 use std::ops::Range;
 
-use lamina_kernels::alloc_count::{CountingAlloc, allocations};
+use lamina_kernels::alloc_count::{CountingAlloc, allocations, count_threads};
 use lamina_kernels::pool::{Rayon, Serial, ThreadPool};
 use lamina_model::{KvCache, KvType, Model, Workspace};
 
 #[global_allocator]
 static A: CountingAlloc = CountingAlloc;
 
-/// The count is of every thread's allocations, and the test harness runs
-/// this file's tests on parallel threads: each holds this lock throughout,
-/// so one test's setup (loading a model) never lands in the other's
-/// measured window (it once did, under load: a spurious failure).
+/// The count is of every counted thread's allocations, rayon's workers
+/// included, which this file's tests share, and the test harness runs them
+/// on parallel threads: each holds this lock throughout, so one test's setup
+/// (loading a model) never lands in the other's measured window.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
@@ -48,6 +48,7 @@ fn batch(lens: &[usize]) -> (Vec<u32>, Vec<Range<usize>>) {
 #[test]
 fn forward_sequences_does_not_allocate_once_sized() {
     let _serial = one_at_a_time();
+    count_threads();
     let Some(path) = common::embedding_model() else {
         return;
     };
@@ -98,6 +99,7 @@ fn forward_sequences_does_not_allocate_once_sized() {
 #[test]
 fn decoding_a_token_does_not_allocate() {
     let _serial = one_at_a_time();
+    count_threads();
     let Some(path) = common::present("SmolLM2-135M-Instruct-Q8_0.gguf") else {
         return;
     };
@@ -143,6 +145,7 @@ fn decoding_a_token_does_not_allocate() {
 /// nothing, on one thread or several.
 #[test]
 fn a_batched_decode_step_does_not_allocate() {
+    count_threads();
     use lamina_model::generate::GenerateOptions;
     use lamina_model::sampling::SamplerParams;
     use lamina_model::scheduler::{Event, Request, Scheduler, SchedulerOptions};
