@@ -459,6 +459,64 @@ fn rows_are_independent_of_the_batch() {
     }
 }
 
+/// Each x86 row kernel (AVX2's, and its AVX-512 VL build) gives a head
+/// the bits it gets alone whichever heads share its call: one to four
+/// heads, whose score passes take two or four keys and whose value passes
+/// keep one to eight chunks in registers, f32 and f16 rows, heads of one to
+/// seventeen 8-value chunks, ranges of every length mod 8 and 32.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn x86_row_kernels_give_each_head_its_bits_alone() {
+    let kernels: [(Isa, AttendFn); 2] = [
+        (Isa::Avx2, crate::x86_64::avx2::attend_row),
+        (Isa::Avx512Vnni, crate::x86_64::avx2::attend_row_vl),
+    ];
+    for (isa, kernel) in kernels {
+        if !isa.is_available() {
+            continue;
+        }
+        for hd in [8, 24, 64, 136] {
+            let n = 75;
+            let k = pseudo(n * hd, 21);
+            let v = pseudo(n * hd, 22);
+            let kh: Vec<f16> = k.iter().map(|&x| f16::from_f32(x)).collect();
+            let vh: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
+            for heads in 1..=MAX_HEADS {
+                let q = pseudo(heads * hd, 23 + heads as u32);
+                for (kr, vr) in [
+                    (KvRows::F32(&k), KvRows::F32(&v)),
+                    (KvRows::F16(&kh), KvRows::F16(&vh)),
+                ] {
+                    for keys in [0..n, 3..40, 5..6, 1..34, 9..17] {
+                        let args = |q| RowArgs {
+                            q,
+                            head_dim: hd,
+                            k: kr,
+                            v: vr,
+                            off: 0,
+                            kv_row: hd,
+                            keys: keys.clone(),
+                            scale: 0.3,
+                            softcap: None,
+                        };
+                        let mut together = vec![f32::NAN; heads * hd];
+                        kernel(args(&q), &mut together);
+                        for (h, want) in together.chunks_exact(hd).enumerate() {
+                            let mut alone = vec![f32::NAN; hd];
+                            kernel(args(&q[h * hd..(h + 1) * hd]), &mut alone);
+                            assert_eq!(
+                                want,
+                                &alone[..],
+                                "{isa} head {h} of {heads}, {hd} values, keys {keys:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// A query's key range, as `attention` takes it.
 type KeysFn<'a> = dyn Fn(usize) -> Range<usize> + Sync + 'a;
 

@@ -161,18 +161,59 @@ pub(in crate::x86_64) unsafe fn softmax_block<const R: usize>(
 
 /// `R` query heads (`hd` f32 each at `q[r]`, `hd` a multiple of 8) that
 /// share one kv head, against key rows `start..end` (row `j`'s head at
-/// `k + j·row`, elements read by `load8`), into `out[r]`: scores 8 keys at a
-/// time (8 FMA chains per head, the same addition tree for every key of a
-/// full step), the block's `exp` in 8 lanes, and the value rows accumulated
-/// into the outputs 8 dimensions at a time. Each key and value row is read
-/// once for all `R` heads; every head gets the bits it gets alone (`R = 1`).
+/// `k + j·row`, elements read by `load8`), into `out[r]`: [`attend_blocks`]
+/// over the range, then each row normalized.
 #[inline(always)]
-#[allow(clippy::needless_range_loop)]
-unsafe fn attend<const R: usize, const ESIZE: usize>(
+unsafe fn attend_with<const R: usize, const ESIZE: usize, const WIDE: bool>(
     rows: KeyRows,
     q: [*const f32; R],
     out: [*mut f32; R],
     load8: unsafe fn(*const u8) -> __m256,
+) {
+    // SAFETY: as for `attend_blocks`, which this forwards.
+    unsafe {
+        zero_rows(out, rows.hd);
+        let (mut max, mut sum) = ([f32::NEG_INFINITY; R], [0.0f32; R]);
+        attend_blocks::<R, ESIZE, WIDE>(rows, q, out, load8, &mut max, &mut sum);
+        normalize(&sum, out, rows.hd);
+    }
+}
+
+/// Zeroes `hd` values (a multiple of 8) at each `out[r]`.
+#[inline(always)]
+pub(super) unsafe fn zero_rows<const R: usize>(out: [*mut f32; R], hd: usize) {
+    // SAFETY: the caller passes `hd` writable values at each `out[r]`; AVX
+    // is enabled in every caller.
+    unsafe {
+        for o in out {
+            for c in 0..hd / 8 {
+                _mm256_storeu_ps(o.add(8 * c), _mm256_setzero_ps());
+            }
+        }
+    }
+}
+
+/// How many key blocks ahead the kernels ask for strided rows.
+pub(in crate::x86_64) const PREFETCH_BLOCKS: usize = 2;
+
+/// The key blocks of [`attend_with`]: key rows `start..end` in blocks of
+/// `KEY_BLOCK` from `start`, for `R` heads whose running maxima and sums
+/// are `max` and `sum` and whose unnormalized outputs are at `out[r]`.
+/// Scores 8 keys at a time (8 FMA chains per head, the same addition tree
+/// for every key of a full step), the block's `exp` in 8 lanes, and the
+/// value rows accumulated into the outputs 8 dimensions at a time. Each key
+/// and value row is read once for all `R` heads. A head's bits depend only
+/// on its query, its keys and where its blocks start, never on the heads
+/// beside it: a range may be split at a block boundary and continued with
+/// the same `max`, `sum` and `out`.
+#[inline(always)]
+pub(super) unsafe fn attend_blocks<const R: usize, const ESIZE: usize, const WIDE: bool>(
+    rows: KeyRows,
+    q: [*const f32; R],
+    out: [*mut f32; R],
+    load8: unsafe fn(*const u8) -> __m256,
+    max: &mut [f32; R],
+    sum: &mut [f32; R],
 ) {
     let KeyRows {
         hd,
@@ -185,19 +226,28 @@ unsafe fn attend<const R: usize, const ESIZE: usize>(
         softcap,
     } = rows;
     // SAFETY: the wrapper checked `hd` values at each `q[r]` and `out[r]` and that
-    // every key row of the range holds `hd` elements; AVX2/FMA/F16C are enabled.
+    // every key row of the range holds `hd` elements (so the prefetched rows, all
+    // in the range, are in bounds); AVX2/FMA/F16C are enabled.
     unsafe {
         let chunks = hd / 8;
-        for o in out {
-            for c in 0..chunks {
-                _mm256_storeu_ps(o.add(8 * c), _mm256_setzero_ps());
-            }
-        }
-        let (mut max, mut sum) = ([f32::NEG_INFINITY; R], [0.0f32; R]);
+        // A kv head's rows in a cache lie a whole cache row apart, a stride
+        // the hardware prefetchers follow too slowly to keep decoding's one
+        // pass over them streaming. Contiguous (widened) rows need no hint,
+        // nor rows of two or three heads, whose stride they keep up with.
+        let strided = row >= 4 * hd * ESIZE;
         let mut s = [[f32::NEG_INFINITY; KEY_BLOCK]; R];
         let mut j0 = start;
         while j0 < end {
             let n = (end - j0).min(KEY_BLOCK);
+            if strided && !cfg!(miri) {
+                let ahead = j0 + PREFETCH_BLOCKS * KEY_BLOCK;
+                for j in ahead..(ahead + KEY_BLOCK).min(end) {
+                    for l in (0..hd * ESIZE).step_by(64) {
+                        _mm_prefetch::<_MM_HINT_T0>(k.add(j * row + l).cast());
+                        _mm_prefetch::<_MM_HINT_T0>(v.add(j * row + l).cast());
+                    }
+                }
+            }
             let key = |j: usize| k.add((j0 + j) * row);
             let mut j = 0;
             while j + 8 <= n {
@@ -211,26 +261,10 @@ unsafe fn attend<const R: usize, const ESIZE: usize>(
                     }
                     let sv = _mm256_mul_ps(hsum8_ps(&acc), _mm256_set1_ps(scale));
                     _mm256_storeu_ps(s[0].as_mut_ptr().add(j), sv);
+                } else if WIDE || R <= 2 {
+                    score8::<R, 4, ESIZE>(q, chunks, key(j), row, scale, load8, &mut s, j);
                 } else {
-                    // Four keys × R heads per pass: each key's FMA chain and
-                    // addition tree are the single head's.
-                    for half in [j, j + 4] {
-                        let mut acc = [[_mm256_setzero_ps(); 4]; R];
-                        for c in 0..chunks {
-                            let kv: [__m256; 4] =
-                                std::array::from_fn(|i| load8(key(half + i).add(8 * c * ESIZE)));
-                            for r in 0..R {
-                                let qv = _mm256_loadu_ps(q[r].add(8 * c));
-                                for i in 0..4 {
-                                    acc[r][i] = _mm256_fmadd_ps(qv, kv[i], acc[r][i]);
-                                }
-                            }
-                        }
-                        for r in 0..R {
-                            let sv = _mm_mul_ps(hsum4_ps(acc[r]), _mm_set1_ps(scale));
-                            _mm_storeu_ps(s[r].as_mut_ptr().add(half), sv);
-                        }
-                    }
+                    score8::<R, 2, ESIZE>(q, chunks, key(j), row, scale, load8, &mut s, j);
                 }
                 j += 8;
             }
@@ -239,42 +273,172 @@ unsafe fn attend<const R: usize, const ESIZE: usize>(
                 j += 1;
             }
             let mut p = [[0.0f32; KEY_BLOCK]; R];
-            softmax_block(&mut s, n, softcap, &mut max, &mut sum, &mut p, out, hd);
-            // Values: two chunks of 8 dimensions of all R outputs in registers
-            // while the block's value rows stream past (one chunk at the end).
+            softmax_block(&mut s, n, softcap, max, sum, &mut p, out, hd);
+            // Values: `value_chunks::<R>()` chunks of 8 dimensions of all R
+            // outputs in registers while the block's value rows stream past
+            // (fewer at the end).
+            let v0 = v.add(j0 * row);
             let mut c = 0;
             while c < chunks {
-                let two = c + 2 <= chunks;
-                let mut acc = [[_mm256_setzero_ps(); 2]; R];
-                for r in 0..R {
-                    acc[r][0] = _mm256_loadu_ps(out[r].add(8 * c));
-                    if two {
-                        acc[r][1] = _mm256_loadu_ps(out[r].add(8 * c + 8));
-                    }
+                // The widest step that fits, up to `value_chunks::<R>()`.
+                let w = match (chunks - c).min(value_chunks::<R>()) {
+                    8.. => 8,
+                    4..=7 => 4,
+                    2 | 3 => 2,
+                    _ => 1,
+                };
+                match w {
+                    8 => add_values::<R, 8, ESIZE>(v0, row, n, &p, out, c, load8),
+                    4 => add_values::<R, 4, ESIZE>(v0, row, n, &p, out, c, load8),
+                    2 => add_values::<R, 2, ESIZE>(v0, row, n, &p, out, c, load8),
+                    _ => add_values::<R, 1, ESIZE>(v0, row, n, &p, out, c, load8),
                 }
-                for jj in 0..n {
-                    let vrow = v.add((j0 + jj) * row + 8 * c * ESIZE);
-                    let v0 = load8(vrow);
-                    let v1 = if two { load8(vrow.add(8 * ESIZE)) } else { v0 };
-                    for r in 0..R {
-                        let pj = _mm256_set1_ps(p[r][jj]);
-                        acc[r][0] = _mm256_fmadd_ps(pj, v0, acc[r][0]);
-                        if two {
-                            acc[r][1] = _mm256_fmadd_ps(pj, v1, acc[r][1]);
-                        }
-                    }
-                }
-                for r in 0..R {
-                    _mm256_storeu_ps(out[r].add(8 * c), acc[r][0]);
-                    if two {
-                        _mm256_storeu_ps(out[r].add(8 * c + 8), acc[r][1]);
-                    }
-                }
-                c += if two { 2 } else { 1 };
+                c += w;
             }
             j0 += n;
         }
-        normalize(&sum, out, hd);
+    }
+}
+
+/// [`attend_with`] for AVX2's sixteen registers: three or four heads score
+/// two keys a pass.
+#[inline(always)]
+unsafe fn attend<const R: usize, const ESIZE: usize>(
+    rows: KeyRows,
+    q: [*const f32; R],
+    out: [*mut f32; R],
+    load8: unsafe fn(*const u8) -> __m256,
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe { attend_with::<R, ESIZE, false>(rows, q, out, load8) }
+}
+
+/// [`attend_with`] for AVX-512 VL's thirty-two registers: four keys a pass
+/// for any number of heads.
+#[inline(always)]
+unsafe fn attend_vl<const R: usize, const ESIZE: usize>(
+    rows: KeyRows,
+    q: [*const f32; R],
+    out: [*mut f32; R],
+    load8: unsafe fn(*const u8) -> __m256,
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe { attend_with::<R, ESIZE, true>(rows, q, out, load8) }
+}
+
+/// Eight keys' scores (rows `key + i·row`) for `R` heads into
+/// `s[r][j..j + 8]`, `KEYS` keys × `R` heads per pass, so that the `R·KEYS`
+/// accumulators stay in registers. Each key's FMA chain runs over the
+/// head's chunks in order and its sum takes [`hsum4_ps`]'s tree, the single
+/// head's, whatever `KEYS` and `R` are.
+#[inline(always)]
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+unsafe fn score8<const R: usize, const KEYS: usize, const ESIZE: usize>(
+    q: [*const f32; R],
+    chunks: usize,
+    key: *const u8,
+    row: usize,
+    scale: f32,
+    load8: unsafe fn(*const u8) -> __m256,
+    s: &mut [[f32; KEY_BLOCK]; R],
+    j: usize,
+) {
+    // SAFETY: the caller passes `8·chunks` values at each `q[r]` and eight key
+    // rows holding as many; AVX2 and FMA are enabled in every kernel calling
+    // this.
+    unsafe {
+        let mut pass = 0;
+        while pass < 8 {
+            let mut acc = [[_mm256_setzero_ps(); KEYS]; R];
+            for c in 0..chunks {
+                let mut kv = [_mm256_setzero_ps(); KEYS];
+                for i in 0..KEYS {
+                    kv[i] = load8(key.add((pass + i) * row + 8 * c * ESIZE));
+                }
+                for r in 0..R {
+                    let qv = _mm256_loadu_ps(q[r].add(8 * c));
+                    for i in 0..KEYS {
+                        acc[r][i] = _mm256_fmadd_ps(qv, kv[i], acc[r][i]);
+                    }
+                }
+            }
+            // The R·KEYS sums, head after head, four at a time.
+            let mut g = 0;
+            while g < R * KEYS {
+                let mut v = [_mm256_setzero_ps(); 4];
+                for i in 0..4 {
+                    if g + i < R * KEYS {
+                        v[i] = acc[(g + i) / KEYS][(g + i) % KEYS];
+                    }
+                }
+                let mut t = [0.0f32; 4];
+                _mm_storeu_ps(t.as_mut_ptr(), _mm_mul_ps(hsum4_ps(v), _mm_set1_ps(scale)));
+                for i in 0..4 {
+                    if g + i < R * KEYS {
+                        s[(g + i) / KEYS][j + pass + (g + i) % KEYS] = t[i];
+                    }
+                }
+                g += 4;
+            }
+            pass += KEYS;
+        }
+    }
+}
+
+/// Chunks of 8 dimensions per head the value loop keeps in registers: eight
+/// accumulators or more in all, so that their FMA chains cover the FMA
+/// latency on both pipes, and few enough for AVX2's sixteen registers.
+const fn value_chunks<const R: usize>() -> usize {
+    match R {
+        1 => 8,
+        2 => 4,
+        _ => 2,
+    }
+}
+
+/// `out[r] += Σ_jj p[r][jj] · v_jj` over dimensions `8c..8(c + C)` of the
+/// `n` value rows at `v + jj·row`, the `C·R` accumulators in registers.
+/// Each dimension's sum runs over the rows in order, one FMA each, whatever
+/// `C` is.
+#[inline(always)]
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+unsafe fn add_values<const R: usize, const C: usize, const ESIZE: usize>(
+    v: *const u8,
+    row: usize,
+    n: usize,
+    p: &[[f32; KEY_BLOCK]; R],
+    out: [*mut f32; R],
+    c: usize,
+    load8: unsafe fn(*const u8) -> __m256,
+) {
+    // SAFETY: the caller passes `n` value rows holding dimensions up to
+    // `8(c + C)` and as many at each `out[r]`; AVX2 and FMA are enabled in
+    // every kernel calling this.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); C]; R];
+        for r in 0..R {
+            for x in 0..C {
+                acc[r][x] = _mm256_loadu_ps(out[r].add(8 * (c + x)));
+            }
+        }
+        for jj in 0..n {
+            let vrow = v.add(jj * row + 8 * c * ESIZE);
+            let mut pj = [_mm256_setzero_ps(); R];
+            for r in 0..R {
+                pj[r] = _mm256_set1_ps(p[r][jj]);
+            }
+            for x in 0..C {
+                let vx = load8(vrow.add(8 * x * ESIZE));
+                for r in 0..R {
+                    acc[r][x] = _mm256_fmadd_ps(pj[r], vx, acc[r][x]);
+                }
+            }
+        }
+        for r in 0..R {
+            for x in 0..C {
+                _mm256_storeu_ps(out[r].add(8 * (c + x)), acc[r][x]);
+            }
+        }
     }
 }
 
@@ -330,7 +494,7 @@ kernel_fns! { attend avx2, attend;
 }
 // The same arithmetic with AVX-512 VL's 32 vector registers: four heads' score
 // chains fit without spilling.
-kernel_fns! { attend avx512vl, attend;
+kernel_fns! { attend avx512vl, attend_vl;
     ATTEND_F32_VL: 4, load8_f32 =>
         v_attend1_f32: 1, v_attend2_f32: 2,
         v_attend3_f32: 3, v_attend4_f32: 4;

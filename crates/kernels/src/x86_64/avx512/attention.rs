@@ -5,8 +5,7 @@ use super::*;
 use crate::attention::{KEY_BLOCK, MAX_HEAD_DIM};
 use std::mem::MaybeUninit;
 
-/// How many key blocks ahead [`attend16_blocks`] asks for strided rows.
-const PREFETCH_BLOCKS: usize = 2;
+use crate::x86_64::avx2::PREFETCH_BLOCKS;
 
 /// 16 f32 at `p`.
 #[inline(always)]
