@@ -22,7 +22,7 @@
 //! heads of a multiple of 16 values) one at a time, or up to `MAX_HEADS`
 //! of a kv head's group together, reading each key and value row once for
 //! all of them. In a prompt, consecutive queries that start at the same key
-//! go through the ISA's tile kernel together where it has one (AVX-512):
+//! go through the ISA's tile kernel together where it has one (AVX-512, AVX2):
 //! the key blocks they all attend are read once for all their heads. Where
 //! no tile serves a group (three heads or more) and the queries' rows
 //! outgrow L2 (a long cache), runs of them walk their keys chunk by chunk
@@ -174,6 +174,13 @@ fn tile_kernel(isa: Isa, head_dim: usize) -> Option<TileKernel> {
         return Some(TileKernel {
             run: crate::x86_64::avx512::attend_tile,
             queries: crate::x86_64::avx512::tile_queries,
+        });
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && head_dim.is_multiple_of(8) {
+        return Some(TileKernel {
+            run: crate::x86_64::avx2::attend_tile,
+            queries: crate::x86_64::avx2::tile_queries,
         });
     }
     let _ = (isa, head_dim);

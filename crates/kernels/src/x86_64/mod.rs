@@ -16,6 +16,7 @@
 //! replaces is named where it is set.
 
 pub(crate) mod amx;
+mod attention_run;
 pub(crate) mod avx2;
 pub(crate) mod avx512;
 mod common;

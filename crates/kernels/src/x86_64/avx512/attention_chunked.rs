@@ -10,8 +10,8 @@
 //! maxima and sums.
 
 use super::attention::{LOADS_F16, LOADS_F32, RowLoads, attend16_blocks, zero_rows};
-use super::attention_run::query_run;
 use super::*;
+use crate::x86_64::attention_run::query_run;
 
 use crate::attention::{KEY_BLOCK, RowArgs};
 use crate::x86_64::avx2::normalize;
@@ -118,7 +118,7 @@ chunked_fns! {
 /// same heads (one to four), key and value rows and first key; otherwise one
 /// query at a time through [`super::attend_row`]. The same bits either way.
 pub(crate) fn attend_chunked(args: &[RowArgs<'_>], outs: &mut [&mut [f32]]) {
-    let Some(run) = query_run(args, outs, CHUNKED_HEADS).filter(|run| run.n <= CHUNKED_QUERIES)
+    let Some(run) = query_run(args, outs, CHUNKED_HEADS, 16).filter(|run| run.n <= CHUNKED_QUERIES)
     else {
         for (a, o) in args.iter().zip(outs.iter_mut()) {
             super::attend_row(a.clone(), o);

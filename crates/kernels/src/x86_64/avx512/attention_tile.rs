@@ -3,8 +3,8 @@
 //! they all attend, and each head keeps the bits it gets alone.
 
 use super::attention::{LOADS_F16, LOADS_F32, RowLoads, attend16_blocks, zero_rows};
-use super::attention_run::query_run;
 use super::*;
+use crate::x86_64::attention_run::query_run;
 
 use crate::attention::{KEY_BLOCK, RowArgs};
 use crate::x86_64::avx2::normalize;
@@ -108,7 +108,7 @@ tile_fns! {
 /// is left, one query at a time through [`super::attend_row`]. The same
 /// bits either way.
 pub(crate) fn attend_tile(args: &[RowArgs<'_>], outs: &mut [&mut [f32]]) {
-    let run = query_run(args, outs, TILED_HEADS)
+    let run = query_run(args, outs, TILED_HEADS, 16)
         .filter(|run| run.n == tile_queries(run.heads) && args.iter().all(|a| !a.keys.is_empty()));
     // The key blocks every query attends: all its keys where every query
     // ends where the first does (a sequence attending to itself, however

@@ -18,7 +18,6 @@ use core::arch::x86_64::*;
 mod activation;
 mod attention;
 mod attention_chunked;
-mod attention_run;
 mod attention_tile;
 mod float;
 mod kquant;

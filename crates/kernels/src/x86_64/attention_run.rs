@@ -1,20 +1,20 @@
 //! A run of a prompt's consecutive queries of one kv head, checked and laid
-//! out for the AVX-512 kernels that take several queries at once (tiles,
-//! chunks).
+//! out for the kernels that take several queries at once (AVX2's and
+//! AVX-512's tiles, AVX-512's chunks).
 
-use super::*;
+use super::avx2::KeyRows;
 
 use crate::attention::{KvRows, MAX_HEAD_DIM, RowArgs};
 
 /// Most queries a run holds.
-pub(super) const MAX_RUN_QUERIES: usize = 32;
+pub(in crate::x86_64) const MAX_RUN_QUERIES: usize = 32;
 /// Most heads a query of a run has.
-pub(super) const MAX_RUN_HEADS: usize = 4;
+pub(in crate::x86_64) const MAX_RUN_HEADS: usize = 4;
 
 /// A run's rows and pointers: `n` queries of `heads` heads each, query
 /// after query in `q` and `out`, the key rows from `rows.start` (shared)
 /// up to `rows.end` (the last query's end), each query's end in `ends`.
-pub(super) struct QueryRun {
+pub(in crate::x86_64) struct QueryRun {
     pub n: usize,
     pub heads: usize,
     pub rows: KeyRows,
@@ -26,14 +26,15 @@ pub(super) struct QueryRun {
 }
 
 /// `args` as one run where they can be: at most [`MAX_RUN_QUERIES`]
-/// queries, each of the same one to `max_heads` heads (a multiple of 16
-/// values, at most [`MAX_HEAD_DIM`]), key and value rows (both f32 or both
+/// queries, each of the same one to `max_heads` heads (a multiple of
+/// `lanes` values, at most [`MAX_HEAD_DIM`]), key and value rows (both f32 or both
 /// f16), scaling and first key; `None` otherwise. Checks that every key
 /// row up to the last query's end holds the head.
-pub(super) fn query_run(
+pub(in crate::x86_64) fn query_run(
     args: &[RowArgs<'_>],
     outs: &mut [&mut [f32]],
     max_heads: usize,
+    lanes: usize,
 ) -> Option<QueryRun> {
     assert_eq!(args.len(), outs.len(), "one output per query");
     let a0 = args.first()?;
@@ -49,7 +50,7 @@ pub(super) fn query_run(
         _ => false,
     };
     let fit = (1..=max_heads.min(MAX_RUN_HEADS)).contains(&heads)
-        && hd.is_multiple_of(16)
+        && hd.is_multiple_of(lanes)
         && hd <= MAX_HEAD_DIM
         && args.len() <= MAX_RUN_QUERIES
         && args.iter().zip(outs.iter()).all(|(a, o)| {
