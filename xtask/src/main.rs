@@ -4,8 +4,9 @@
 //!   project's real test models (see [`models`]).
 //! * `cargo xtask tidy` checks the repository rules (see [`tidy`]); the same
 //!   checks run as tests under `cargo test -p xtask`.
-//! * `cargo xtask test` runs every test: models, the workspace tests, the
-//!   official `openai` Python client against `lamina serve` (see [`serve`];
+//! * `cargo xtask test` runs every test: models, the workspace tests, a
+//!   check that the release binary inlines every SIMD intrinsic (see
+//!   [`inlined`]), the official `openai` Python client against `lamina serve` (see [`serve`];
 //!   skipped, saying why, without Python or pip), every fidelity check
 //!   (`validate --require-models`) and the cross-ISA kernel tests
 //!   (`.ci/isa-tests.sh`). `.ci/run` calls it. It sets
@@ -28,6 +29,7 @@
 mod bench;
 mod bench_rules;
 mod bench_synth;
+mod inlined;
 mod llama_cpp;
 mod models;
 mod profile;
@@ -122,6 +124,7 @@ fn main() -> Result<()> {
                 .args(["test", "--workspace", "--all-targets"])
                 .env("LAMINA_MODELS", &dir)
                 .env(require_models::REQUIRE_MODELS, "1"))?;
+            inlined::check(&lamina_bin()?)?;
             serve::openai_client_test(true)?;
             wheel::python_test()?;
             validate::run_cmd(validate::Args::ci())?;
