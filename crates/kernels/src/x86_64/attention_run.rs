@@ -3,6 +3,7 @@
 //! AVX-512's tiles, AVX-512's chunks).
 
 use super::avx2::KeyRows;
+use crate::attention::{AttendFn, KEY_BLOCK};
 
 use crate::attention::{KvRows, MAX_HEAD_DIM, RowArgs};
 
@@ -117,4 +118,76 @@ pub(in crate::x86_64) fn query_run(
         }
     }
     Some(run)
+}
+
+/// A tile kernel's entry point: the shared rows (`end`: the end of the
+/// shared blocks), each query's end, and the heads' query and output rows,
+/// query after query.
+pub(in crate::x86_64) type TileKernel = unsafe fn(KeyRows, &[usize], &[*const f32], &[*mut f32]);
+
+/// Tiles are made of queries of one or two heads.
+pub(in crate::x86_64) const TILED_HEADS: usize = 2;
+
+/// An ISA's tile kernels: for f32 and for f16 rows, by heads per query.
+pub(in crate::x86_64) struct Tiles {
+    pub f32: [TileKernel; TILED_HEADS],
+    pub f16: [TileKernel; TILED_HEADS],
+    /// Queries a tile of so many heads takes.
+    pub queries: fn(usize) -> usize,
+    /// The head dimension's multiple the kernels need.
+    pub lanes: usize,
+    /// The ISA's row kernel, for what no tile takes.
+    pub row: AttendFn,
+}
+
+/// Consecutive queries' rows of one kv head ([`crate::attention::AttendTileFn`]):
+/// through `tiles` where there are `tiles.queries` of them with the same
+/// heads, key and value rows and first key, and at least one key block they
+/// all attend (or the same keys, however few); otherwise one query at a
+/// time through `tiles.row`. The same bits either way.
+pub(in crate::x86_64) fn tile_or_rows(
+    tiles: &Tiles,
+    args: &[RowArgs<'_>],
+    outs: &mut [&mut [f32]],
+) {
+    let run = query_run(args, outs, TILED_HEADS, tiles.lanes).filter(|run| {
+        run.n == (tiles.queries)(run.heads) && args.iter().all(|a| !a.keys.is_empty())
+    });
+    // The key blocks every query attends: all its keys where every query
+    // ends where the first does (a sequence attending to itself, however
+    // short), else the whole blocks the shortest one attends, since a
+    // longer query's blocks run on past its end.
+    let shared = |start: usize| {
+        let shared = args.iter().map(|a| a.keys.end).min().unwrap_or(start);
+        if args.iter().all(|a| a.keys.end == args[0].keys.end) {
+            shared
+        } else {
+            start + shared.saturating_sub(start) / KEY_BLOCK * KEY_BLOCK
+        }
+    };
+    let Some(run) = run.filter(|run| shared(run.rows.start) > run.rows.start) else {
+        for (a, o) in args.iter().zip(outs.iter_mut()) {
+            (tiles.row)(a.clone(), o);
+        }
+        return;
+    };
+    let kernel = if run.esize == 4 { tiles.f32 } else { tiles.f16 }[run.heads - 1];
+    let rows = KeyRows {
+        end: shared(run.rows.start),
+        ..run.rows
+    };
+    let (n, heads) = (run.n, run.heads);
+    // SAFETY: the rows read lie inside the key and value rows (checked by
+    // `query_run`), every query and output row holds `hd` values (a multiple
+    // of the kernels' lanes) and the outputs are distinct `&mut` slices; `n`
+    // queries of `heads` heads is the kernel's shape (`tiles.queries`);
+    // `tiles` is reachable only after its ISA's detection.
+    unsafe {
+        kernel(
+            rows,
+            &run.ends[..n],
+            &run.q[..n * heads],
+            &run.out[..n * heads],
+        )
+    }
 }

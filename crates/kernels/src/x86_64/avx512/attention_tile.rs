@@ -4,9 +4,9 @@
 
 use super::attention::{LOADS_F16, LOADS_F32, RowLoads, attend16_blocks, zero_rows};
 use super::*;
-use crate::x86_64::attention_run::query_run;
+use crate::x86_64::attention_run::{TILED_HEADS, TileKernel, Tiles, tile_or_rows};
 
-use crate::attention::{KEY_BLOCK, RowArgs};
+use crate::attention::RowArgs;
 use crate::x86_64::avx2::normalize;
 
 /// Queries a tile of `heads` heads each takes: eight heads in all, so
@@ -64,14 +64,6 @@ unsafe fn attend16_tile<const R: usize, const Q: usize, const RQ: usize, const E
     }
 }
 
-/// A tile kernel's entry point: the shared rows (`end`: the end of the
-/// shared blocks), each query's end, and the heads' query and output rows,
-/// query after query.
-type TileKernel = unsafe fn(KeyRows, &[usize], &[*const f32], &[*mut f32]);
-
-/// Tiles are made of queries of one or two heads.
-const TILED_HEADS: usize = 2;
-
 macro_rules! tile_fns {
     ($($table:ident: $esize:literal, $loads:ident =>
         $($name:ident: $r:literal x $q:literal = $rq:literal),*;)*) => {$(
@@ -102,49 +94,16 @@ tile_fns! {
 }
 
 /// Consecutive queries' rows of one kv head ([`crate::attention::AttendTileFn`]):
-/// through the tile kernel where there are [`tile_queries`] of them with the
-/// same heads, key and value rows and first key, and at least one key block
-/// they all attend (or the same keys, however few); otherwise, or for what
-/// is left, one query at a time through [`super::attend_row`]. The same
-/// bits either way.
+/// through the tile kernels where [`tile_queries`] of them share their first
+/// key, else one at a time through [`super::attend_row`] (see
+/// [`tile_or_rows`]). The same bits either way.
 pub(crate) fn attend_tile(args: &[RowArgs<'_>], outs: &mut [&mut [f32]]) {
-    let run = query_run(args, outs, TILED_HEADS, 16)
-        .filter(|run| run.n == tile_queries(run.heads) && args.iter().all(|a| !a.keys.is_empty()));
-    // The key blocks every query attends: all its keys where every query
-    // ends where the first does (a sequence attending to itself, however
-    // short), else the whole blocks the shortest one attends, since a
-    // longer query's blocks run on past its end.
-    let shared = |start: usize| {
-        let shared = args.iter().map(|a| a.keys.end).min().unwrap_or(start);
-        if args.iter().all(|a| a.keys.end == args[0].keys.end) {
-            shared
-        } else {
-            start + shared.saturating_sub(start) / KEY_BLOCK * KEY_BLOCK
-        }
+    const TILES: Tiles = Tiles {
+        f32: TILE_F32,
+        f16: TILE_F16,
+        queries: tile_queries,
+        lanes: 16,
+        row: super::attend_row,
     };
-    let Some(run) = run.filter(|run| shared(run.rows.start) > run.rows.start) else {
-        for (a, o) in args.iter().zip(outs.iter_mut()) {
-            super::attend_row(a.clone(), o);
-        }
-        return;
-    };
-    let kernel = if run.esize == 4 { TILE_F32 } else { TILE_F16 }[run.heads - 1];
-    let rows = KeyRows {
-        end: shared(run.rows.start),
-        ..run.rows
-    };
-    let (n, heads) = (run.n, run.heads);
-    // SAFETY: the rows read lie inside the key and value rows (checked by
-    // `query_run`), every query and output row holds `hd` values (a multiple
-    // of 16) and the outputs are distinct `&mut` slices; `n` queries of
-    // `heads` heads is the kernel's shape (`tile_queries`); reachable only
-    // after AVX-512 F/VL detection.
-    unsafe {
-        kernel(
-            rows,
-            &run.ends[..n],
-            &run.q[..n * heads],
-            &run.out[..n * heads],
-        )
-    }
+    tile_or_rows(&TILES, args, outs)
 }
