@@ -32,7 +32,8 @@ thread_local! {
 pub struct CountingAlloc;
 
 /// Counts the allocations of the calling thread and of every worker of
-/// rayon's global pool from now on.
+/// rayon's global pool from now on. Another pool's threads (a `SpinPool`'s)
+/// are not counted: measure on `Rayon` or `Serial`.
 pub fn count_threads() {
     COUNTED.with(|c| c.set(true));
     rayon::broadcast(|_| COUNTED.with(|c| c.set(true)));

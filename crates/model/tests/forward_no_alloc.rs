@@ -145,13 +145,13 @@ fn decoding_a_token_does_not_allocate() {
 /// nothing, on one thread or several.
 #[test]
 fn a_batched_decode_step_does_not_allocate() {
-    count_threads();
     use lamina_model::generate::GenerateOptions;
     use lamina_model::sampling::SamplerParams;
     use lamina_model::scheduler::{Event, Request, Scheduler, SchedulerOptions};
     use lamina_model::tokenizer::Tokenizer;
 
     let _serial = one_at_a_time();
+    count_threads();
     let Some(path) = common::present("SmolLM2-135M-Instruct-Q8_0.gguf") else {
         return;
     };
