@@ -22,10 +22,29 @@ pub type VecDotRows8Fn = fn(n: usize, w: &[u8], a: &[u8]) -> [f32; 8];
 /// back to back) against [`F32Tile::tokens`] activation rows (`a`, back to
 /// back); `out[t · rows + r]` (`out` holds exactly `rows · tokens` values)
 /// is row `r` against token `t`, with [`TypeKernels::vec_dot`]'s bits.
-/// As it reads its rows the tile hints the bytes `ahead` further on into
-/// the cache (0: none), so a tile streaming its rows from memory overlaps
-/// the next rows' fetch with its arithmetic.
-pub type F32TileFn = fn(n: usize, w: &[u8], a: &[u8], out: &mut [f32], ahead: usize);
+/// As it reads its rows the tile hints the lines that [`TileHint`] names
+/// into the cache, so a tile streaming its rows from memory overlaps the
+/// next rows' fetch with its arithmetic.
+pub type F32TileFn = fn(n: usize, w: &[u8], a: &[u8], out: &mut [f32], hint: TileHint);
+
+/// What an [`F32Tile`] hints into the cache as it reads its rows: for each
+/// row whose bit is set in `rows` (bit `r`, row `r`), the lines `ahead`
+/// bytes further on. A hint never changes a result, only its speed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TileHint {
+    pub ahead: usize,
+    pub rows: u32,
+}
+
+impl TileHint {
+    /// No hints.
+    pub const NONE: TileHint = TileHint { ahead: 0, rows: 0 };
+
+    /// Whether the tile hints nothing.
+    pub fn is_none(self) -> bool {
+        self.ahead == 0 || self.rows == 0
+    }
+}
 /// Most outputs of an [`F32Tile`]: a caller's buffer for any ISA's tile.
 pub const F32_TILE_MAX: usize = 64;
 

@@ -398,9 +398,12 @@ fn check_tiles(
         let col = |t: usize| &cols[t % cols.len()];
         let acts = as_f32((0..tokens).flat_map(|t| col(t).iter().copied()).collect());
         let mut got = vec![0.0; rows * tokens];
-        // With and without hints past the rows: the same bits.
-        let ahead = [0, 4096][seed as usize % 2];
-        tile(n, &as_f32(rotated[..rows].concat()), &acts, &mut got, ahead);
+        // With and without hints past some rows: the same bits.
+        let hint = crate::dispatch::TileHint {
+            ahead: [0, 4096][seed as usize % 2],
+            rows: [0, 0b1, 0b1010, !0][seed as usize / 2 % 4],
+        };
+        tile(n, &as_f32(rotated[..rows].concat()), &acts, &mut got, hint);
         for t in 0..tokens {
             for r in 0..rows {
                 let want = (k.vec_dot)(n, &rotated[r], col(t));

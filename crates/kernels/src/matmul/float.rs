@@ -15,7 +15,7 @@ use std::cell::RefCell;
 
 use super::tasks::{RowTasks, chunk_rows};
 use super::{Out, Scratch, Weights};
-use crate::dispatch::{F32_TILE_MAX, F32Tile, F32Tiles, WidenFn};
+use crate::dispatch::{F32_TILE_MAX, F32Tile, F32Tiles, TileHint, WidenFn};
 use crate::pool::ThreadPool;
 
 /// Activation bytes a block of tokens spans, at most.
@@ -123,18 +123,26 @@ pub(super) fn f32_tiles<const N: usize>(
                 unsafe { *outs[m].0.add(t * rows + r) = v }
             };
             let tiled = r0 + (r1 - r0) / tr * tr;
+            // The first block's tiles bring each group of rows in from memory,
+            // hinting the rows `ahead` bytes on so the stream keeps going (the
+            // hardware prefetchers, seeing `tr` short streams at once, do not
+            // keep it). The group's tiles share its rows' hints, so they go out
+            // as steadily as the rows are used: a burst is partly dropped.
+            let first_tiles = block.min(padded) / tt;
             let mut v = [0.0f32; F32_TILE_MAX];
             for b0 in (0..padded).step_by(block) {
                 let b1 = (b0 + block).min(padded);
                 for r in (r0..tiled).step_by(tr) {
                     let wr = &tiled_rows[(r - r0) * row_bytes..(r - r0 + tr) * row_bytes];
                     for t in (b0..b1).step_by(tt) {
-                        // The first tile of the first block brings the rows in from
-                        // memory: hinting the rows `ahead` bytes on as it goes keeps
-                        // the stream going, which the hardware prefetchers, seeing
-                        // `tr` short streams at once, do not.
-                        let ahead = if t == 0 { ahead } else { 0 };
-                        tile(cols, wr, group(t), &mut v[..tr * tt], ahead);
+                        let hint = match b0 {
+                            0 => TileHint {
+                                ahead,
+                                rows: shared_rows(t / tt, first_tiles, tr),
+                            },
+                            _ => TileHint::NONE,
+                        };
+                        tile(cols, wr, group(t), &mut v[..tr * tt], hint);
                         for c in 0..tt.min(tokens - t) {
                             // SAFETY: as in `store`, for rows `r..r + tr` (inside `r0..r1`)
                             // of token `t + c < tokens`, which lie side by side; `v` is a
@@ -175,6 +183,14 @@ pub(super) fn f32_tiles<const N: usize>(
             }),
         }
     });
+}
+
+/// The rows that tile `k` of the `tiles` over a group of `rows` hints: row
+/// `r` where `r mod tiles == k`, so every row is hinted once, by one tile.
+fn shared_rows(k: usize, tiles: usize, rows: usize) -> u32 {
+    (0..rows.min(32))
+        .filter(|r| r % tiles == k)
+        .fold(0, |mask, r| mask | 1 << r)
 }
 
 /// Where f32 may start in a byte buffer (which has three spare bytes).
@@ -226,4 +242,22 @@ fn widen_activations(
         quantize(&x[t0 * cols..t1 * cols], h);
         widen(h, f);
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shared_rows;
+
+    #[test]
+    fn a_groups_tiles_hint_each_row_once() {
+        for rows in [1, 2, 4, 8] {
+            for tiles in 1..=12 {
+                let masks: Vec<u32> = (0..tiles).map(|k| shared_rows(k, tiles, rows)).collect();
+                let all = masks.iter().fold(0, |a, m| a | m);
+                assert_eq!(all, (1u32 << rows) - 1, "{rows} rows, {tiles} tiles");
+                let hinted: u32 = masks.iter().map(|m| m.count_ones()).sum();
+                assert_eq!(hinted, rows as u32, "{rows} rows, {tiles} tiles");
+            }
+        }
+    }
 }

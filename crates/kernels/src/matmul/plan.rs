@@ -220,7 +220,7 @@ mod tests {
     /// every batch; one token streams rows.
     #[test]
     fn f32_rows_cross_to_f32_tiles_at_two() {
-        fn no_f32_tile(_: usize, _: &[u8], _: &[u8], _: &mut [f32], _: usize) {
+        fn no_f32_tile(_: usize, _: &[u8], _: &[u8], _: &mut [f32], _: crate::dispatch::TileHint) {
             unreachable!("plan calls no kernel")
         }
         let k = TypeKernels {
@@ -249,7 +249,7 @@ mod tests {
     /// keep the narrow tile rather than pad the wide one.
     #[test]
     fn f32_batches_take_the_wide_tile_from_its_width() {
-        fn no_f32_tile(_: usize, _: &[u8], _: &[u8], _: &mut [f32], _: usize) {
+        fn no_f32_tile(_: usize, _: &[u8], _: &[u8], _: &mut [f32], _: crate::dispatch::TileHint) {
             unreachable!("plan calls no kernel")
         }
         let tile = |tokens| F32Tile {

@@ -243,9 +243,9 @@ pub(crate) fn vec_dot_rows8_f32(n: usize, w: &[u8], a: &[u8]) -> [f32; 8] {
 }
 
 /// `out[t · R + r]` is weight row `r`'s dot product with token `t`.
-/// `ahead` goes unused, as in every aarch64 kernel: only x86-64 kernels
+/// `hint` goes unused, as in every aarch64 kernel: only x86-64 kernels
 /// hint their streams ([`crate::prefetch::stream_ahead`]).
-fn f32_tile(n: usize, w: &[u8], a: &[u8], out: &mut [f32], _ahead: usize) {
+fn f32_tile(n: usize, w: &[u8], a: &[u8], out: &mut [f32], _hint: crate::dispatch::TileHint) {
     f32_rows(n, R, w, "weights");
     f32_rows(n, T, a, "activations");
     // SAFETY: `R` weight rows and `T` activation rows of `n` values (checked above);

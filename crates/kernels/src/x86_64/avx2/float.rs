@@ -10,7 +10,7 @@
 //! chain's latency, so the matmul only uses it for rows left over.
 
 use super::*;
-use crate::dispatch::F32Tile;
+use crate::dispatch::{F32Tile, TileHint};
 
 /// Weight rows of the tile: it reduces them four at a time with [`hsum4`].
 const R: usize = 4;
@@ -156,14 +156,15 @@ target_fns! { avx2:
     }
 }
 
-/// The tile; with `HINT`, each row's line `ahead` bytes on is hinted every
-/// sixteen values (a separate loop, so the plain one keeps its registers).
+/// The tile; with `HINT`, each row `hint` names has its line `hint.ahead`
+/// bytes on hinted every sixteen values (a separate loop, so the plain one
+/// keeps its registers).
 #[inline(always)]
 unsafe fn f32_tile_body<const HINT: bool>(
     n: usize,
     w: *const f32,
     a: *const f32,
-    ahead: usize,
+    hint: TileHint,
 ) -> [f32; R * T] {
     // SAFETY: `R` rows of `n` values back to back at `w`, `T` at `a`.
     unsafe {
@@ -171,7 +172,9 @@ unsafe fn f32_tile_body<const HINT: bool>(
         for i in (0..n / 8 * 8).step_by(8) {
             if HINT && i % 16 == 0 {
                 for r in 0..R {
-                    hint_l2(w.add(r * n + i).cast::<u8>().wrapping_add(ahead));
+                    if hint.rows >> r & 1 != 0 {
+                        hint_l2(w.add(r * n + i).cast::<u8>().wrapping_add(hint.ahead));
+                    }
                 }
             }
             let x: [__m256; T] = std::array::from_fn(|t| _mm256_loadu_ps(a.add(t * n + i)));
@@ -199,13 +202,13 @@ unsafe fn f32_tile_body<const HINT: bool>(
 }
 
 target_fns! { avx2:
-    unsafe fn k_f32_tile(n: usize, w: *const f32, a: *const f32, ahead: usize) -> [f32; R * T] {
+    unsafe fn k_f32_tile(n: usize, w: *const f32, a: *const f32, hint: TileHint) -> [f32; R * T] {
         // SAFETY: forwarded from the caller's contract.
         unsafe {
-            if ahead > 0 {
-                f32_tile_body::<true>(n, w, a, ahead)
+            if hint.is_none() {
+                f32_tile_body::<false>(n, w, a, hint)
             } else {
-                f32_tile_body::<false>(n, w, a, 0)
+                f32_tile_body::<true>(n, w, a, hint)
             }
         }
     }
@@ -264,12 +267,12 @@ pub(crate) fn vec_dot_rows8_f32(n: usize, w: &[u8], a: &[u8]) -> [f32; 8] {
 }
 
 /// `out[t · R + r]` is weight row `r`'s dot product with token `t`.
-fn f32_tile(n: usize, w: &[u8], a: &[u8], out: &mut [f32], ahead: usize) {
+fn f32_tile(n: usize, w: &[u8], a: &[u8], out: &mut [f32], hint: TileHint) {
     let (w, a) = (
         f32_rows(n, R, w, "weights"),
         f32_rows(n, T, a, "activations"),
     );
     // SAFETY: `R` weight rows and `T` activation rows of `n` values (checked above);
     // reachable only after AVX2 detection.
-    out.copy_from_slice(&unsafe { k_f32_tile(n, w, a, ahead) });
+    out.copy_from_slice(&unsafe { k_f32_tile(n, w, a, hint) });
 }

@@ -9,7 +9,7 @@
 
 use super::super::avx2::{f32_rows, hsum4, tail};
 use super::*;
-use crate::dispatch::F32Tile;
+use crate::dispatch::{F32Tile, TileHint};
 
 /// Weight rows of the tile: [`hsum4`] reduces four at a time.
 const R: usize = 4;
@@ -54,15 +54,16 @@ unsafe fn high(v: __m512) -> __m256 {
     unsafe { _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))) }
 }
 
-/// The tile; with `HINT`, each row's line `ahead` bytes on is hinted every
-/// sixteen values (a separate loop, so the plain one keeps its registers).
+/// The tile; with `HINT`, each row `hint` names has its line `hint.ahead`
+/// bytes on hinted every sixteen values (a separate loop, so the plain one
+/// keeps its registers).
 #[inline(always)]
 unsafe fn f32_tile_body<const HINT: bool>(
     n: usize,
     w: *const f32,
     a: *const f32,
     out: &mut [f32; R * T],
-    ahead: usize,
+    hint: TileHint,
 ) {
     // SAFETY: `R` rows of `n` values back to back at `w`, `T` at `a`.
     unsafe {
@@ -70,7 +71,9 @@ unsafe fn f32_tile_body<const HINT: bool>(
         for i in (0..n / 8 * 8).step_by(8) {
             if HINT && i % 16 == 0 {
                 for r in 0..R {
-                    hint_l2(w.add(r * n + i).cast::<u8>().wrapping_add(ahead));
+                    if hint.rows >> r & 1 != 0 {
+                        hint_l2(w.add(r * n + i).cast::<u8>().wrapping_add(hint.ahead));
+                    }
                 }
             }
             let x: [__m512; P] =
@@ -109,21 +112,21 @@ target_fns! { avx512:
         w: *const f32,
         a: *const f32,
         out: &mut [f32; R * T],
-        ahead: usize,
+        hint: TileHint,
     ) {
         // SAFETY: forwarded from the caller's contract.
         unsafe {
-            if ahead > 0 {
-                f32_tile_body::<true>(n, w, a, out, ahead)
+            if hint.is_none() {
+                f32_tile_body::<false>(n, w, a, out, hint)
             } else {
-                f32_tile_body::<false>(n, w, a, out, 0)
+                f32_tile_body::<true>(n, w, a, out, hint)
             }
         }
     }
 }
 
 /// `out[t · R + r]` is weight row `r`'s dot product with token `t`.
-fn f32_tile(n: usize, w: &[u8], a: &[u8], out: &mut [f32], ahead: usize) {
+fn f32_tile(n: usize, w: &[u8], a: &[u8], out: &mut [f32], hint: TileHint) {
     let (w, a) = (
         f32_rows(n, R, w, "weights"),
         f32_rows(n, T, a, "activations"),
@@ -131,5 +134,5 @@ fn f32_tile(n: usize, w: &[u8], a: &[u8], out: &mut [f32], ahead: usize) {
     let out: &mut [f32; R * T] = out.try_into().expect("R · T outputs");
     // SAFETY: `R` weight rows and `T` activation rows of `n` values (checked above);
     // reachable only after AVX-512 detection.
-    unsafe { k_f32_tile(n, w, a, out, ahead) }
+    unsafe { k_f32_tile(n, w, a, out, hint) }
 }
