@@ -45,6 +45,7 @@ impl TileHint {
         self.ahead == 0 || self.rows == 0
     }
 }
+
 /// Most outputs of an [`F32Tile`]: a caller's buffer for any ISA's tile.
 pub const F32_TILE_MAX: usize = 64;
 

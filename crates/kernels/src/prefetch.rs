@@ -8,9 +8,10 @@
 //! the others (each the best distance measured on that vendor's cores).
 //! The kernels that take a few tokens at once do several times that work
 //! per byte: they prefetch [`BATCH_AHEAD`] bytes ahead on every CPU.
-//! The F32 kernels that stream rows from memory (a tile's first pass over
-//! its rows, one token's eight-row kernel) prefetch [`F32_AHEAD`] bytes
-//! ahead, rounded up to whole groups of the rows they read side by side.
+//! The F32 kernels that stream rows from memory (the tiles of the first
+//! token block, each hinting its share of a group's rows, and one token's
+//! eight-row kernel) prefetch [`F32_AHEAD`] bytes ahead, rounded up to
+//! whole groups of the rows they read side by side.
 //! `LAMINA_PREFETCH` (bytes, `0` for none) overrides every choice when
 //! tuning a new machine. A prefetch never changes a result, only its speed.
 
