@@ -187,6 +187,18 @@ fn tile_kernel(isa: Isa, head_dim: usize) -> Option<TileKernel> {
     None
 }
 
+/// The row, tile and chunked kernels `isa` runs on f32 or f16 rows of
+/// `head_dim` values, as addresses: ISAs with the same three compute the
+/// same bits by the same code, so tests run one of them.
+#[cfg(test)]
+pub(crate) fn float_kernels(isa: Isa, head_dim: usize) -> [Option<usize>; 3] {
+    [
+        Some(row_kernel(isa, head_dim) as usize),
+        tile_kernel(isa, head_dim).map(|t| t.run as usize),
+        chunked_kernel(isa, head_dim).map(|c| c.run as usize),
+    ]
+}
+
 /// An ISA's kernel for runs of a prompt's queries that walk their keys
 /// chunk by chunk together, and how many queries a run takes at most.
 #[derive(Clone, Copy)]
