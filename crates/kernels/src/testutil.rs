@@ -102,9 +102,12 @@ pub fn weight_row(rng: &mut Rng, ty: GgmlType, n: usize, style: u64) -> Vec<u8> 
         _ => {
             rng.bytes(&mut row);
             if style == 4 {
-                // Extreme quants: all bits set or all clear, per block.
-                for b in row.chunks_exact_mut(ty.type_size()) {
-                    b.fill(if rng.below(2) == 0 { 0xFF } else { 0x00 });
+                // Extreme quants: all bits set or all clear, alternating by
+                // block from a random start, so any two blocks hold both.
+                let first = rng.below(2) as usize;
+                for (i, b) in row.chunks_exact_mut(ty.type_size()).enumerate() {
+                    let set = (i + first).is_multiple_of(2);
+                    b.fill(if set { 0xFF } else { 0x00 });
                 }
             }
             for b in row.chunks_exact_mut(ty.type_size()) {
