@@ -120,8 +120,23 @@ fn main() -> Result<()> {
             models::fetch_all(&dir)?;
             let root = workspace_root();
             // Every test that cannot find its model fails instead of skipping.
+            // Criterion's bench harness takes no `--skip`, so the benches'
+            // smoke runs come second, from the same build.
             run(cargo()
-                .args(["test", "--workspace", "--all-targets"])
+                .args([
+                    "test",
+                    "--workspace",
+                    "--lib",
+                    "--bins",
+                    "--tests",
+                    "--examples",
+                ])
+                .args(["--", "--exact"])
+                .args(CHECKED_BY_VALIDATE.iter().flat_map(|t| ["--skip", t]))
+                .env("LAMINA_MODELS", &dir)
+                .env(require_models::REQUIRE_MODELS, "1"))?;
+            run(cargo()
+                .args(["test", "--workspace", "--benches"])
                 .env("LAMINA_MODELS", &dir)
                 .env(require_models::REQUIRE_MODELS, "1"))?;
             inlined::check(&lamina_bin()?)?;
@@ -165,6 +180,17 @@ fn main() -> Result<()> {
         Command::Synth(args) => synth::run_cmd(args),
     }
 }
+
+/// Tests whose gold `validate` checks again, with the same thresholds,
+/// through the release CLI: `cargo xtask test` runs each check once.
+const CHECKED_BY_VALIDATE: &[&str] = &[
+    "gemma3_f32_matches_llama_cpp",
+    "smollm2_f32_matches_llama_cpp",
+    "gemma3_q4_k_m_agrees_with_llama_cpp",
+    "smollm2_q4_1_agrees_with_llama_cpp",
+    "smollm2_q8_0_agrees_with_llama_cpp",
+    "output_is_byte_identical_to_llama_quantize",
+];
 
 fn cargo() -> Cmd {
     let mut cmd = Cmd::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
@@ -213,4 +239,30 @@ pub(crate) fn workspace_root() -> PathBuf {
         .parent()
         .expect("xtask lives one level below the workspace root")
         .to_path_buf()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A renamed test would run twice again, unnoticed: each skipped name
+    /// must still be a test function of the workspace's integration tests.
+    #[test]
+    fn tests_left_to_validate_exist() {
+        let root = workspace_root();
+        let sources: Vec<String> = [
+            "crates/model/tests/generate_gold.rs",
+            "crates/model/tests/quantize_gold.rs",
+        ]
+        .iter()
+        .map(|f| std::fs::read_to_string(root.join(f)).unwrap())
+        .collect();
+        for name in CHECKED_BY_VALIDATE {
+            let decl = format!("#[test]\nfn {name}() {{");
+            assert!(
+                sources.iter().any(|s| s.contains(&decl)),
+                "{name} is no test in generate_gold.rs or quantize_gold.rs"
+            );
+        }
+    }
 }
