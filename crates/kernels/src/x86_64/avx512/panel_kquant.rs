@@ -13,17 +13,19 @@ use crate::panel::{Q4_K_ACT_QUANTS, Q4_K_ACT_SUMS, Q6_K_ACT_QUANTS};
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 pub(super) unsafe fn scale_add(s: __m512i, x: __m512i, scale: __m512i) -> __m512i {
-    // SAFETY: AVX-512F/BW + VNNI are enabled in every caller.
-    unsafe {
-        #[cfg(miri)]
-        {
-            _mm512_add_epi32(s, _mm512_madd_epi16(x, scale))
-        }
-        // LLVM turns the intrinsic back into `vpmaddwd` and `vpaddd` when it
-        // tunes for generic x86-64, a micro-op more; asm keeps it one.
-        #[cfg(not(miri))]
-        {
-            let mut s = s;
+    // Under Miri the intrinsics are safe: this function enables their features.
+    #[cfg(miri)]
+    {
+        _mm512_add_epi32(s, _mm512_madd_epi16(x, scale))
+    }
+    // LLVM turns the intrinsic back into `vpmaddwd` and `vpaddd` when it
+    // tunes for generic x86-64, a micro-op more; asm keeps it one.
+    #[cfg(not(miri))]
+    {
+        let mut s = s;
+        // SAFETY: AVX-512F/BW + VNNI are enabled in every caller; the
+        // instruction touches only the three registers named.
+        unsafe {
             core::arch::asm!(
                 "vpdpwssd {s}, {x}, {scale}",
                 s = inout(zmm_reg) s,
@@ -31,8 +33,8 @@ pub(super) unsafe fn scale_add(s: __m512i, x: __m512i, scale: __m512i) -> __m512
                 scale = in(zmm_reg) scale,
                 options(pure, nomem, nostack, preserves_flags),
             );
-            s
         }
+        s
     }
 }
 
