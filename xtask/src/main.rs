@@ -4,7 +4,8 @@
 //!   project's real test models (see [`models`]).
 //! * `cargo xtask tidy` checks the repository rules (see [`tidy`]); the same
 //!   checks run as tests under `cargo test -p xtask`.
-//! * `cargo xtask test` runs every test: models, the workspace tests, a
+//! * `cargo xtask test` runs every test: models, the workspace tests (less
+//!   those whose gold `validate` checks again, see `CHECKED_BY_VALIDATE`), a
 //!   check that the release binary inlines every SIMD intrinsic (see
 //!   [`inlined`]), the official `openai` Python client against `lamina serve` (see [`serve`];
 //!   skipped, saying why, without Python or pip), every fidelity check
