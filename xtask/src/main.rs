@@ -38,6 +38,7 @@ mod serve;
 mod serve_gen;
 mod synth;
 mod tidy;
+mod tidy_features;
 mod validate;
 mod wheel;
 

@@ -18,6 +18,9 @@
 //!   inline module whose path names the ISA.
 //! * No library source file (`crates/*/src/**/*.rs`) is longer than
 //!   [`MAX_LIB_LINES`].
+//! * The CLI's and the Python module's builds ask for the same features of
+//!   every crate they share ([`crate::tidy_features`]).
+//! * `workspace-hack` depends on no lamina crate.
 //!
 //! Rust source is scanned with a small lexer that drops comments, string and
 //! character literals, so `unsafe` in a doc comment or a string is not code.
@@ -43,6 +46,10 @@ pub(crate) const LAYERS: [&str; 8] = [
 /// The test and bench support crate: it may depend on no lamina crate, and
 /// the others list it only under dev-dependencies.
 pub(crate) const TEST_SUPPORT: &str = "lamina-testkit";
+
+/// The crate that aligns the CLI's and the Python module's features: it may
+/// depend on no lamina crate.
+pub(crate) const FEATURE_UNION: &str = "workspace-hack";
 
 /// The most lines a library source file may hold.
 pub(crate) const MAX_LIB_LINES: usize = 1_000;
@@ -122,6 +129,7 @@ pub(crate) fn check_repo(root: &Path) -> Result<Vec<Violation>> {
         violations.extend(check_target_feature(path, &lexed));
     }
     violations.extend(long_library_files(root)?);
+    violations.extend(crate::tidy_features::check_builds(root)?);
     Ok(violations)
 }
 
@@ -242,14 +250,12 @@ pub(crate) fn check_layering(path: &str, manifest: &str) -> Vec<Violation> {
         });
         return violations;
     };
-    if name == TEST_SUPPORT {
+    if name == TEST_SUPPORT || name == FEATURE_UNION {
         for (line, dep, _) in deps {
             violations.push(Violation {
                 file: path.to_owned(),
                 line,
-                message: format!(
-                    "{TEST_SUPPORT} may depend on no lamina crate (each has it as a dev-dependency), not on {dep}"
-                ),
+                message: format!("{name} may depend on no lamina crate, not on {dep}"),
             });
         }
         return violations;

@@ -1,0 +1,3 @@
+//! Empty: it exists so Cargo resolves this crate's build-dependencies.
+
+fn main() {}
