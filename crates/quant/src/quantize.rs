@@ -19,6 +19,10 @@ use crate::blocks::*;
 use crate::dequant::{get_scale_min_k4, q3k_scales};
 use half::{bf16, f16};
 
+// The only unsafe code in this crate: calls to the AVX2 build of the searches.
+#[allow(unsafe_code)]
+mod lanes;
+
 /// ggml's `GROUP_MAX_EPS`.
 const GROUP_MAX_EPS: f32 = 1e-15;
 
@@ -224,6 +228,7 @@ pub fn quantize_q8_1(src: &[f32], out: &mut [BlockQ8_1]) {
 
 /// ggml's `make_qx_quants`, without importance weights (`qw == NULL`).
 /// Writes biased levels `0..2*nmax` to `l` and returns the scale.
+#[cfg(test)]
 fn make_qx_quants(nmax: i32, x: &[f32], l_out: &mut [i8], rmse_type: i32) -> f32 {
     let (mut amax, mut max) = (0.0f32, 0.0f32);
     for &v in x {
@@ -361,6 +366,7 @@ fn make_q3_quants(nmax: i32, x: &[f32], l_out: &mut [i8], do_rmse: bool) -> f32 
 
 /// ggml's `make_qkx2_quants`: an asymmetric fit `x ~ scale * l - the_min`,
 /// searching `nstep + 1` candidate scales. Returns `(scale, the_min)`.
+#[cfg(test)]
 #[allow(clippy::too_many_arguments)]
 fn make_qkx2_quants(
     nmax: i32,
@@ -461,30 +467,30 @@ pub fn quantize_q2_k(src: &[f32], out: &mut [BlockQ2K]) {
     check(out.len(), QK_K, src);
     const Q4SCALE: f32 = 15.0;
     let mut l = [0u8; QK_K];
-    let mut laux = [0u8; 16];
-    let mut weights = [0f32; 16];
+    let mut weights = [0f32; QK_K];
     let mut mins = [0f32; QK_K / 16];
     let mut scales = [0f32; QK_K / 16];
     for (x, y) in src.chunks_exact(QK_K).zip(out.iter_mut()) {
-        let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
-        for j in 0..QK_K / 16 {
-            let xs = &x[16 * j..16 * j + 16];
-            for (w, &v) in weights.iter_mut().zip(xs) {
-                *w = v.abs();
-            }
-            let (s, m) = make_qkx2_quants(
+        for (w, &v) in weights.iter_mut().zip(x) {
+            *w = v.abs();
+        }
+        for g in (0..QK_K).step_by(16 * lanes::LANES) {
+            let (j, g) = (g / 16, g..g + 16 * lanes::LANES);
+            let (s, m) = lanes::make_qkx2_quants_x8::<16>(
                 3,
-                xs,
-                &weights,
-                &mut l[16 * j..16 * j + 16],
-                &mut laux,
+                &x[g.clone()],
+                &weights[g.clone()],
+                &mut l[g],
                 -0.5,
                 0.1,
                 15,
                 true,
             );
-            scales[j] = s;
-            mins[j] = m;
+            scales[j..j + lanes::LANES].copy_from_slice(&s);
+            mins[j..j + lanes::LANES].copy_from_slice(&m);
+        }
+        let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
+        for (&s, &m) in scales.iter().zip(&mins) {
             if s > max_scale {
                 max_scale = s;
             }
@@ -616,34 +622,22 @@ fn quantize_kx_block(
     nstep: i32,
     l: &mut [u8; QK_K],
 ) -> (f16, f16, [u8; K_SCALE_SIZE]) {
-    let mut laux = [0u8; 32];
-    let mut weights = [0f32; 32];
-    let mut mins = [0f32; QK_K / 32];
-    let mut scales = [0f32; QK_K / 32];
-    let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
-    for j in 0..QK_K / 32 {
-        let xs = &x[32 * j..32 * j + 32];
+    let mut weights = [0f32; QK_K];
+    for (xs, ws) in x.chunks_exact(32).zip(weights.chunks_exact_mut(32)) {
         let mut sum_x2 = 0.0f32;
         for &v in xs {
             sum_x2 += v * v;
         }
         let av_x = (sum_x2 / 32.0).sqrt();
-        for (w, &v) in weights.iter_mut().zip(xs) {
+        for (w, &v) in ws.iter_mut().zip(xs) {
             *w = av_x + v.abs();
         }
-        let (s, m) = make_qkx2_quants(
-            nmax,
-            xs,
-            &weights,
-            &mut l[32 * j..32 * j + 32],
-            &mut laux,
-            rmin,
-            0.1,
-            nstep,
-            false,
-        );
-        scales[j] = s;
-        mins[j] = m;
+    }
+    const { assert!(QK_K / 32 == lanes::LANES) };
+    let (scales, mins) =
+        lanes::make_qkx2_quants_x8::<32>(nmax, &x[..QK_K], &weights, l, rmin, 0.1, nstep, false);
+    let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
+    for (&s, &m) in scales.iter().zip(&mins) {
         if s > max_scale {
             max_scale = s;
         }
@@ -731,15 +725,13 @@ pub fn quantize_q6_k(src: &[f32], out: &mut [BlockQ6K]) {
     let mut l = [0i8; QK_K];
     let mut scales = [0f32; QK_K / 16];
     for (x, y) in src.chunks_exact(QK_K).zip(out.iter_mut()) {
+        for g in (0..QK_K).step_by(16 * lanes::LANES) {
+            let s = &mut scales[g / 16..g / 16 + lanes::LANES];
+            let g = g..g + 16 * lanes::LANES;
+            lanes::make_qx_quants_x8::<16>(32, &x[g.clone()], &mut l[g], s);
+        }
         let (mut max_scale, mut max_abs_scale) = (0.0f32, 0.0f32);
-        for ib in 0..QK_K / 16 {
-            let scale = make_qx_quants(
-                32,
-                &x[16 * ib..16 * ib + 16],
-                &mut l[16 * ib..16 * ib + 16],
-                1,
-            );
-            scales[ib] = scale;
+        for &scale in &scales {
             if scale.abs() > max_abs_scale {
                 max_abs_scale = scale.abs();
                 max_scale = scale;
