@@ -476,15 +476,18 @@ pub fn quantize_q2_k(src: &[f32], out: &mut [BlockQ2K]) {
         }
         for g in (0..QK_K).step_by(16 * lanes::LANES) {
             let (j, g) = (g / 16, g..g + 16 * lanes::LANES);
+            let search = lanes::Qkx2 {
+                nmax: 3,
+                rmin: -0.5,
+                rdelta: 0.1,
+                nstep: 15,
+                use_mad: true,
+            };
             let (s, m) = lanes::make_qkx2_quants_x8::<16>(
-                3,
+                search,
                 &x[g.clone()],
                 &weights[g.clone()],
                 &mut l[g],
-                -0.5,
-                0.1,
-                15,
-                true,
             );
             scales[j..j + lanes::LANES].copy_from_slice(&s);
             mins[j..j + lanes::LANES].copy_from_slice(&m);
@@ -634,8 +637,14 @@ fn quantize_kx_block(
         }
     }
     const { assert!(QK_K / 32 == lanes::LANES) };
-    let (scales, mins) =
-        lanes::make_qkx2_quants_x8::<32>(nmax, &x[..QK_K], &weights, l, rmin, 0.1, nstep, false);
+    let search = lanes::Qkx2 {
+        nmax,
+        rmin,
+        rdelta: 0.1,
+        nstep,
+        use_mad: false,
+    };
+    let (scales, mins) = lanes::make_qkx2_quants_x8::<32>(search, &x[..QK_K], &weights, l);
     let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
     for (&s, &m) in scales.iter().zip(&mins) {
         if s > max_scale {

@@ -14,6 +14,18 @@ use super::{GROUP_MAX_EPS, nearest_int};
 /// Sub-blocks searched at once.
 pub(super) const LANES: usize = 8;
 
+/// The parameters of one `make_qkx2_quants` search: levels `0..=nmax`,
+/// `nstep + 1` candidate scales `(nmax + rmin + rdelta·is) / (max − min)`,
+/// error as absolute (`use_mad`) or squared differences.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Qkx2 {
+    pub(super) nmax: i32,
+    pub(super) rmin: f32,
+    pub(super) rdelta: f32,
+    pub(super) nstep: i32,
+    pub(super) use_mad: bool,
+}
+
 type F = [f32; LANES];
 type I = [i32; LANES];
 
@@ -53,32 +65,25 @@ pub(super) fn make_qx_quants_x8<const N: usize>(
 /// [`super::make_qkx2_quants`] on eight sub-blocks of `N` values (`x` and
 /// their `weights`, back to back): levels into `l_out`; returns the
 /// sub-blocks' scales and mins.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn make_qkx2_quants_x8<const N: usize>(
-    nmax: i32,
+    p: Qkx2,
     x: &[f32],
     weights: &[f32],
     l_out: &mut [u8],
-    rmin: f32,
-    rdelta: f32,
-    nstep: i32,
-    use_mad: bool,
 ) -> (F, F) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2 (checked above), all the function enables.
-        return unsafe {
-            x86_64::make_qkx2_quants_x8::<N>(nmax, x, weights, l_out, rmin, rdelta, nstep, use_mad)
-        };
+        return unsafe { x86_64::make_qkx2_quants_x8::<N>(p, x, weights, l_out) };
     }
-    qkx2_body::<N>(nmax, x, weights, l_out, rmin, rdelta, nstep, use_mad)
+    qkx2_body::<N>(p, x, weights, l_out)
 }
 
 /// The searches in AVX2 intrinsics, one IEEE operation per scalar one.
 /// (The portable bodies, compiled for AVX2, vectorize poorly.)
 #[cfg(target_arch = "x86_64")]
 mod x86_64 {
-    use super::{F, GROUP_MAX_EPS, LANES, transpose};
+    use super::{F, GROUP_MAX_EPS, LANES, Qkx2, transpose};
     use std::arch::x86_64::*;
 
     #[inline(always)]
@@ -193,18 +198,20 @@ mod x86_64 {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2")]
     pub(super) fn make_qkx2_quants_x8<const N: usize>(
-        nmax: i32,
+        p: Qkx2,
         src: &[f32],
         weights: &[f32],
         l_out: &mut [u8],
-        rmin: f32,
-        rdelta: f32,
-        nstep: i32,
-        use_mad: bool,
     ) -> (F, F) {
+        let Qkx2 {
+            nmax,
+            rmin,
+            rdelta,
+            nstep,
+            use_mad,
+        } = p;
         let (xt, wt) = (transpose::<N>(src), transpose::<N>(weights));
         let x: [__m256; N] = std::array::from_fn(|i| load(&xt[i]));
         let w: [__m256; N] = std::array::from_fn(|i| load(&wt[i]));
@@ -331,18 +338,22 @@ fn qx_body<const N: usize>(nmax: i32, src: &[f32], l_out: &mut [i8], scales: &mu
     let nmaxf = nmax as f32;
     let (lo, hi) = (-nmax, nmax - 1);
     // The first guess, then 18 more; a lane keeps the best.
-    let mut iscale = map(|j| -nmaxf / max[j]);
-    let mut l = [[0i32; LANES]; N];
-    let (mut sumlx, mut suml2) = ([0.0f32; LANES], [0.0f32; LANES]);
-    for (li, xi) in l.iter_mut().zip(&x) {
-        *li = levels(iscale, *xi, lo, hi);
-        for j in 0..LANES {
-            let (v, lf) = (xi[j], li[j] as f32);
-            let w = v * v;
-            sumlx[j] += w * v * lf;
-            suml2[j] += w * lf * lf;
+    // One candidate's levels into `l`, and its sums `Σ w·x·l`, `Σ w·l²`.
+    let sums = |iscale: F, l: &mut [I; N]| {
+        let (mut sumlx, mut suml2) = ([0.0f32; LANES], [0.0f32; LANES]);
+        for (li, xi) in l.iter_mut().zip(&x) {
+            *li = levels(iscale, *xi, lo, hi);
+            for j in 0..LANES {
+                let (v, lf) = (xi[j], li[j] as f32);
+                let w = v * v;
+                sumlx[j] += w * v * lf;
+                suml2[j] += w * lf * lf;
+            }
         }
-    }
+        (sumlx, suml2)
+    };
+    let mut l = [[0i32; LANES]; N];
+    let (sumlx, suml2) = sums(map(|j| -nmaxf / max[j]), &mut l);
     let mut scale = map(|j| {
         if suml2[j] != 0.0 {
             sumlx[j] / suml2[j]
@@ -353,17 +364,7 @@ fn qx_body<const N: usize>(nmax: i32, src: &[f32], l_out: &mut [i8], scales: &mu
     let mut best = map(|j| scale[j] * sumlx[j]);
     let mut laux = [[0i32; LANES]; N];
     for is in (-9..=9).filter(|&is| is != 0) {
-        iscale = map(|j| -(nmaxf + 0.1 * is as f32) / max[j]);
-        let (mut sumlx, mut suml2) = ([0.0f32; LANES], [0.0f32; LANES]);
-        for (li, xi) in laux.iter_mut().zip(&x) {
-            *li = levels(iscale, *xi, lo, hi);
-            for j in 0..LANES {
-                let (v, lf) = (xi[j], li[j] as f32);
-                let w = v * v;
-                sumlx[j] += w * v * lf;
-                suml2[j] += w * lf * lf;
-            }
-        }
+        let (sumlx, suml2) = sums(map(|j| -(nmaxf + 0.1 * is as f32) / max[j]), &mut laux);
         let better: [bool; LANES] =
             std::array::from_fn(|j| suml2[j] > 0.0 && sumlx[j] * sumlx[j] > best[j] * suml2[j]);
         for (li, ai) in l.iter_mut().zip(&laux) {
@@ -386,18 +387,15 @@ fn qx_body<const N: usize>(nmax: i32, src: &[f32], l_out: &mut [i8], scales: &mu
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn qkx2_body<const N: usize>(
-    nmax: i32,
-    src: &[f32],
-    weights: &[f32],
-    l_out: &mut [u8],
-    rmin: f32,
-    rdelta: f32,
-    nstep: i32,
-    use_mad: bool,
-) -> (F, F) {
+fn qkx2_body<const N: usize>(p: Qkx2, src: &[f32], weights: &[f32], l_out: &mut [u8]) -> (F, F) {
+    let Qkx2 {
+        nmax,
+        rmin,
+        rdelta,
+        nstep,
+        use_mad,
+    } = p;
     let x = transpose::<N>(src);
     let w = transpose::<N>(weights);
     let (mut min, mut max) = (x[0], x[0]);
@@ -566,7 +564,14 @@ mod tests {
         }
     }
 
-    fn check_qkx2<const N: usize>(nmax: i32, rmin: f32, nstep: i32, use_mad: bool) {
+    fn check_qkx2<const N: usize>(p: Qkx2) {
+        let Qkx2 {
+            nmax,
+            rmin,
+            rdelta,
+            nstep,
+            use_mad,
+        } = p;
         for seed in 0..200u64 {
             let x = blocks(N, seed);
             // The callers' weights (|x|, or the block's RMS plus |x|) and random ones.
@@ -588,17 +593,16 @@ mod tests {
                     &mut want_l[r],
                     &mut laux,
                     rmin,
-                    0.1,
+                    rdelta,
                     nstep,
                     use_mad,
                 );
                 (want_s[j], want_m[j]) = (s, m);
             }
             let mut l = vec![0u8; LANES * N];
-            let portable = qkx2_body::<N>(nmax, &x, &w, &mut l, rmin, 0.1, nstep, use_mad);
+            let portable = qkx2_body::<N>(p, &x, &w, &mut l);
             let mut l2 = vec![0u8; LANES * N];
-            let dispatched =
-                make_qkx2_quants_x8::<N>(nmax, &x, &w, &mut l2, rmin, 0.1, nstep, use_mad);
+            let dispatched = make_qkx2_quants_x8::<N>(p, &x, &w, &mut l2);
             for (what, l, (s, m)) in [("portable", l, portable), ("dispatched", l2, dispatched)] {
                 assert_eq!(l, want_l, "{what}, N {N}, seed {seed}: levels");
                 assert_eq!(
@@ -617,9 +621,16 @@ mod tests {
 
     #[test]
     fn qkx2_lanes_match_the_scalar_search() {
-        check_qkx2::<16>(3, -0.5, 15, true); // Q2_K
-        check_qkx2::<32>(15, -1.0, 20, false); // Q4_K
-        check_qkx2::<32>(31, -0.5, 15, false); // Q5_K
-        check_qkx2::<32>(15, -1.0, 0, false); // no search steps
+        let p = |nmax, rmin, nstep, use_mad| Qkx2 {
+            nmax,
+            rmin,
+            rdelta: 0.1,
+            nstep,
+            use_mad,
+        };
+        check_qkx2::<16>(p(3, -0.5, 15, true)); // Q2_K
+        check_qkx2::<32>(p(15, -1.0, 20, false)); // Q4_K
+        check_qkx2::<32>(p(31, -0.5, 15, false)); // Q5_K
+        check_qkx2::<32>(p(15, -1.0, 0, false)); // no search steps
     }
 }
