@@ -269,3 +269,49 @@ fn known_q8_0_and_q4_0_blocks() {
     assert_eq!(y[0], -16.0);
     assert_eq!(y[31], 14.0); // 15 rounds to the level 7 * 2 = 14 (8.5 + 7.5 = 16 -> clipped 15)
 }
+
+/// A hostile F32 tensor (NaN, infinities, the largest finite values,
+/// subnormals) quantizes to some bytes without a panic, for every type with
+/// a quantizer: the K-quants' scale searches among them.
+#[test]
+fn non_finite_values_quantize_without_panic() {
+    let special = [
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::MAX,
+        -f32::MAX,
+        f32::MIN_POSITIVE / 4.0,
+        0.0,
+        1.0,
+    ];
+    // Rows of 256: every sub-block holds a different mix.
+    let rows: Vec<Vec<f32>> = (0..special.len())
+        .map(|k| {
+            (0..256)
+                .map(|i| special[(i * (k + 1) / 7 + k) % special.len()])
+                .collect()
+        })
+        .chain([vec![f32::NAN; 256], vec![f32::INFINITY; 256]])
+        .collect();
+    use GgmlType as T;
+    for ty in [
+        T::F16,
+        T::BF16,
+        T::Q8_0,
+        T::Q4_0,
+        T::Q4_1,
+        T::Q5_0,
+        T::Q5_1,
+        T::Q2_K,
+        T::Q3_K,
+        T::Q4_K,
+        T::Q5_K,
+        T::Q6_K,
+    ] {
+        let mut out = vec![0u8; ty.row_bytes(256).unwrap() as usize];
+        for row in &rows {
+            lamina_quant::quantize_row(ty, row, &mut out).unwrap();
+        }
+    }
+}
