@@ -18,7 +18,8 @@ pub type VecDotX4Fn = fn(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4];
 /// activation row, the rows side by side in the lanes: the row kernel's
 /// bits for each, with the activation decoded once for all eight (decoding).
 pub type VecDotRows8Fn = fn(n: usize, w: &[u8], a: &[u8]) -> [f32; 8];
-/// A tile of F32 rows: [`F32Tile::rows`] weight rows of `n` values (`w`,
+/// A tile of float rows (F32, or as [`F32Tiles::widen`] says):
+/// [`F32Tile::rows`] weight rows of `n` values (`w`,
 /// back to back) against [`F32Tile::tokens`] activation rows (`a`, back to
 /// back); `out[t · rows + r]` (`out` holds exactly `rows · tokens` values)
 /// is row `r` against token `t`, with [`TypeKernels::vec_dot`]'s bits.
@@ -72,8 +73,10 @@ pub struct F32Tiles {
     /// `tokens` on: below that its padding costs more than it saves.
     pub wide: Option<F32Tile>,
     /// For F16 and BF16 weights: how their rows and rounded activations
-    /// widen to the f32 rows the tiles read (`None` for F32). The type's
-    /// row kernel then has the tiles' bits over the widened rows.
+    /// widen to the f32 rows the tiles read (`None` for F32, and for tiles
+    /// that read the type's rows and rounded activations as they are, such
+    /// as BF16's on AVX-512 BF16). The type's row kernel then has the
+    /// tiles' bits over the widened rows.
     pub widen: Option<WidenFn>,
 }
 
@@ -273,7 +276,11 @@ fn table(isa: Isa) -> &'static [TypeKernels] {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => &crate::x86_64::AVX2,
         #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni if Isa::has_avx512_bf16() => &crate::x86_64::AVX512_WITH_BF16,
+        #[cfg(target_arch = "x86_64")]
         Isa::Avx512Vnni => &crate::x86_64::AVX512,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Amx if Isa::has_avx512_bf16() => &crate::x86_64::AMX_WITH_BF16,
         #[cfg(target_arch = "x86_64")]
         Isa::Amx => &crate::x86_64::AMX,
         #[cfg(target_arch = "aarch64")]

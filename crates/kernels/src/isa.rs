@@ -117,6 +117,19 @@ impl Isa {
         matches!(self, Isa::Avx512Vnni | Isa::Amx)
     }
 
+    /// Whether this CPU has AVX-512 BF16 (`vdpbf16ps`) on top of AVX-512
+    /// VNNI: its AVX-512 and AMX tables then multiply BF16 weights in bf16
+    /// pairs (detected once, then cached).
+    pub fn has_avx512_bf16() -> bool {
+        static DETECTED: OnceLock<bool> = OnceLock::new();
+        *DETECTED.get_or_init(|| {
+            #[cfg(target_arch = "x86_64")]
+            return Isa::Avx512Vnni.is_available() && is_x86_feature_detected!("avx512bf16");
+            #[cfg(not(target_arch = "x86_64"))]
+            false
+        })
+    }
+
     /// The ISA in use for this process: `LAMINA_ISA` read and checked once.
     pub fn selected() -> Result<Isa, KernelError> {
         static SELECTED: OnceLock<Result<Isa, KernelError>> = OnceLock::new();

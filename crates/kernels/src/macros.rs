@@ -34,6 +34,10 @@ macro_rules! target_fns {
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
         $f
     )*};
+    (avx512bf16: $($f:item)*) => {$(
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512bf16")]
+        $f
+    )*};
     (neon: $($f:item)*) => {$(
         #[target_feature(enable = "neon")]
         $f

@@ -27,7 +27,7 @@ mod avx2 {
 mod avx512_native {
     use super::*;
     crate::isa_proptests!(Isa::Avx512Vnni;
-        f32 => F32, q4_0 => Q4_0, q5_0 => Q5_0, q8_0 => Q8_0, q3_k => Q3_K, q4_k => Q4_K,
+        f32 => F32, bf16 => BF16, q4_0 => Q4_0, q5_0 => Q5_0, q8_0 => Q8_0, q3_k => Q3_K, q4_k => Q4_K,
         q5_k => Q5_K, q6_k => Q6_K,
     );
 }
@@ -38,7 +38,7 @@ mod avx512_native {
 mod amx_native {
     use super::*;
     crate::isa_proptests!(Isa::Amx;
-        f32 => F32, q4_0 => Q4_0, q5_0 => Q5_0, q8_0 => Q8_0, q3_k => Q3_K, q4_k => Q4_K,
+        f32 => F32, bf16 => BF16, q4_0 => Q4_0, q5_0 => Q5_0, q8_0 => Q8_0, q3_k => Q3_K, q4_k => Q4_K,
         q5_k => Q5_K, q6_k => Q6_K,
     );
 
@@ -116,7 +116,10 @@ mod miri_avx512 {
         for &ty in types {
             let k = entry(Isa::Avx512Vnni, ty);
             let tiles = k.f32_tiles.expect("F32 tiles");
-            assert!(tiles.wide.is_some() && tiles.widen.is_some(), "{ty}");
+            // BF16 in pairs ([`bf16_pairs`]) reads its rows as they are.
+            let pairs = ty == GgmlType::BF16 && Isa::has_avx512_bf16();
+            assert!(tiles.wide.is_some(), "{ty}");
+            assert_eq!(tiles.widen.is_some(), !pairs, "{ty}");
             for (seed, style) in [(1, 0), (2, 4), (7, 13)] {
                 check_case(k, seed, 3, style);
             }
@@ -157,6 +160,100 @@ mod miri_avx512 {
     #[test]
     fn q6_k() {
         run(GgmlType::Q6_K);
+    }
+}
+
+/// BF16 on CPUs with AVX-512 BF16: `vdpbf16ps` in every kernel.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+mod bf16_pairs {
+    use super::*;
+    use crate::GgmlType;
+    use crate::testutil::{Rng, check_case, entry};
+
+    /// The chain the module documents (`x86_64::avx512::bf16`), in scalar
+    /// f32: each lane adds its odd product, then its even one, per sixteen
+    /// values; AVX2's reduction tree; the tail one product at a time.
+    fn reference(w: &[u16], a: &[u16]) -> f32 {
+        let widen = |v: u16| f32::from_bits(u32::from(v) << 16);
+        let n = w.len();
+        let mut lanes = [0.0f32; 8];
+        for i in (0..n / 16 * 16).step_by(16) {
+            for (l, lane) in lanes.iter_mut().enumerate() {
+                for k in [i + 2 * l + 1, i + 2 * l] {
+                    *lane += widen(w[k]) * widen(a[k]);
+                }
+            }
+        }
+        let s: [f32; 4] = std::array::from_fn(|j| lanes[j] + lanes[j + 4]);
+        let mut sum = (s[0] + s[2]) + (s[1] + s[3]);
+        for k in n / 16 * 16..n {
+            sum += widen(w[k]) * widen(a[k]);
+        }
+        sum
+    }
+
+    /// Random bf16 values of either sign, magnitudes 2^-8..2^8 (normal:
+    /// `vdpbf16ps` flushes denormals, the reference would not).
+    fn values(rng: &mut Rng, n: usize) -> Vec<u16> {
+        (0..n)
+            .map(|_| {
+                let x = (rng.next() % 2001) as f32 / 1000.0 - 1.0;
+                let e = (rng.next() % 17) as i32 - 8;
+                let v = if x == 0.0 { 0.5 } else { x } * 2f32.powi(e);
+                (v.to_bits() >> 16) as u16
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_tables_multiply_bf16_in_pairs() {
+        if !Isa::has_avx512_bf16() {
+            return;
+        }
+        for isa in [Isa::Avx512Vnni, Isa::Amx] {
+            if !isa.is_available() {
+                continue;
+            }
+            let k = entry(isa, GgmlType::BF16);
+            assert_eq!(
+                k.vec_dot as usize,
+                crate::x86_64::avx512::vec_dot_bf16_pairs as crate::dispatch::VecDotFn as usize,
+                "{isa}"
+            );
+            assert!(k.f32_tiles.is_some_and(|t| t.widen.is_none()), "{isa}");
+        }
+    }
+
+    /// The row kernel has the documented bits: this checks the CPU's
+    /// `vdpbf16ps` against the order and rounding the module relies on.
+    #[test]
+    fn the_row_kernel_is_the_documented_chain() {
+        if !Isa::has_avx512_bf16() {
+            return;
+        }
+        let k = entry(Isa::Avx512Vnni, GgmlType::BF16);
+        let mut rng = Rng(11);
+        for n in [1, 15, 16, 17, 64, 100, 384, 1000] {
+            for _ in 0..20 {
+                let (w, a) = (values(&mut rng, n), values(&mut rng, n));
+                let want = reference(&w, &a);
+                let got = (k.vec_dot)(n, bytemuck::cast_slice(&w), bytemuck::cast_slice(&a));
+                assert_eq!(got.to_bits(), want.to_bits(), "n {n}: {got} vs {want}");
+            }
+        }
+    }
+
+    /// Rows, eight rows and both tiles keep the row kernel's bits, over
+    /// lengths with and without a tail; the sums stay near the F32 ones.
+    #[test]
+    fn every_kernel_keeps_the_row_kernels_bits() {
+        if !Isa::has_avx512_bf16() {
+            return;
+        }
+        let k = entry(Isa::Avx512Vnni, GgmlType::BF16);
+        for seed in 0..24 {
+            check_case(k, seed, 1 + seed as usize % 5, seed % 20);
+        }
     }
 }
 

@@ -8,6 +8,8 @@
 //! widened rows: the activations are rounded to the type once per call and
 //! widened, and each task widens its weight rows once, into its thread's
 //! buffer, before every token block runs over them.
+//! Tiles of a float type without `widen` other than F32 (BF16 on AVX-512
+//! BF16) read the weight rows and the rounded activations as they are.
 //! A task's rows run against one block of tokens at a time, small enough
 //! that the block stays in L2 while every group of rows passes over it.
 
@@ -15,6 +17,7 @@ use std::cell::RefCell;
 
 use super::tasks::{RowTasks, chunk_rows};
 use super::{Out, Scratch, Weights};
+use crate::GgmlType;
 use crate::dispatch::{F32_TILE_MAX, F32Tile, F32Tiles, TileHint, WidenFn};
 use crate::pool::ThreadPool;
 
@@ -53,18 +56,37 @@ pub(super) fn f32_tiles<const N: usize>(
     let k = wms[0].kernels;
     let widen = k.f32_tiles.and_then(|t: F32Tiles| t.widen);
     let cols = wms[0].cols;
-    let row_bytes = cols * 4;
     let (wrow, arow) = (k.weight_row_bytes(cols), k.activation_row_bytes(cols));
+    // What the tiles read: F32 rows as they are, rows widened to f32, or
+    // (BF16 pairs) the weight rows and the rounded activations as they are.
+    let input = match widen {
+        Some(widen) => TileInput::Widened(widen),
+        None if k.activation == GgmlType::F32 => TileInput::F32,
+        None => TileInput::Rounded,
+    };
+    // Bytes of a weight and of an activation row as the tiles read them.
+    let (tile_wrow, tile_arow) = match input {
+        TileInput::Widened(_) => (cols * 4, cols * 4),
+        TileInput::F32 | TileInput::Rounded => (wrow, arow),
+    };
     let whole = tokens / tt * tt;
     let padded = tokens.next_multiple_of(tt);
-    match widen {
-        Some(widen) => {
+    match input {
+        TileInput::Widened(widen) => {
             let rows = (tokens, padded);
             widen_activations(widen, k.quantize_activation, x, arow, rows, scratch, pool)
         }
-        None if whole < tokens => {
+        TileInput::Rounded => round_activations(
+            k.quantize_activation,
+            x,
+            arow,
+            (tokens, padded),
+            scratch,
+            pool,
+        ),
+        TileInput::F32 if whole < tokens => {
             // The tokens past the last whole group, padded with zero rows.
-            let need = tt * row_bytes;
+            let need = tt * arow;
             if scratch.buf.len() < need {
                 scratch.buf.resize(need, 0);
             }
@@ -72,43 +94,43 @@ pub(super) fn f32_tiles<const N: usize>(
             scratch.buf[..last.len()].copy_from_slice(last);
             scratch.buf[last.len()..need].fill(0);
         }
-        None => {}
+        TileInput::F32 => {}
     }
     let xb: &[u8] = bytemuck::cast_slice(x);
     let scratch_buf = &scratch.buf[..];
-    let scratch_packed: &[u8] = match widen {
-        Some(_) => &scratch.packed[aligned_f32(&scratch.packed)..],
-        None => &[],
+    let scratch_packed: &[u8] = match input {
+        TileInput::Widened(_) => &scratch.packed[aligned_f32(&scratch.packed)..],
+        _ => &[],
     };
-    // The `tt` f32 activation rows starting at token `t` (a multiple of `tt`).
+    // The `tt` activation rows starting at token `t` (a multiple of `tt`)
+    // as the tiles read them.
     let group = |t: usize| -> &[u8] {
-        if widen.is_some() {
-            &scratch_packed[t * row_bytes..(t + tt) * row_bytes]
-        } else if t < whole {
-            &xb[t * row_bytes..(t + tt) * row_bytes]
-        } else {
-            &scratch_buf[..tt * row_bytes]
+        let rows = t * tile_arow..(t + tt) * tile_arow;
+        match input {
+            TileInput::Widened(_) => &scratch_packed[rows],
+            TileInput::Rounded => &scratch_buf[rows],
+            TileInput::F32 if t < whole => &xb[rows],
+            TileInput::F32 => &scratch_buf[..tt * arow],
         }
     };
     // Token `t`'s activation row as the type's row kernel reads it.
     let act = |t: usize| -> &[u8] {
-        if widen.is_some() {
-            &scratch_buf[t * arow..(t + 1) * arow]
-        } else {
-            &xb[t * row_bytes..(t + 1) * row_bytes]
+        match input {
+            TileInput::F32 => &xb[t * arow..(t + 1) * arow],
+            _ => &scratch_buf[t * arow..(t + 1) * arow],
         }
     };
-    let block = (TOKEN_BLOCK_BYTES / row_bytes / tt * tt).max(tt);
-    let cache_rows = TASK_BYTES / row_bytes;
+    let block = (TOKEN_BLOCK_BYTES / tile_arow / tt * tt).max(tt);
+    let cache_rows = TASK_BYTES / tile_wrow;
     let chunk = chunk_rows(wms.map(|w| w.rows), pool.threads(), cache_rows);
     let tasks = RowTasks::new(&wms, chunk);
     let mut ys = ys;
     let outs: [Out<f32>; N] = std::array::from_fn(|m| Out(ys[m].as_mut_ptr()));
     let outs = &outs;
-    let ahead = match widen {
+    let ahead = match input {
         // Widened rows lie in cache; the widening streams the file's.
-        Some(_) => 0,
-        None => crate::prefetch::whole_groups(crate::prefetch::f32_ahead(), tr * row_bytes),
+        TileInput::Widened(_) => 0,
+        _ => crate::prefetch::whole_groups(crate::prefetch::f32_ahead(), tr * tile_wrow),
     };
     pool.run(tasks.count(), &|task| {
         let (m, r0, r1) = tasks.locate(task);
@@ -133,7 +155,7 @@ pub(super) fn f32_tiles<const N: usize>(
             for b0 in (0..padded).step_by(block) {
                 let b1 = (b0 + block).min(padded);
                 for r in (r0..tiled).step_by(tr) {
-                    let wr = &tiled_rows[(r - r0) * row_bytes..(r - r0 + tr) * row_bytes];
+                    let wr = &tiled_rows[(r - r0) * tile_wrow..(r - r0 + tr) * tile_wrow];
                     for t in (b0..b1).step_by(tt) {
                         let hint = match b0 {
                             0 => TileHint {
@@ -171,9 +193,9 @@ pub(super) fn f32_tiles<const N: usize>(
                 }
             }
         };
-        match widen {
-            None => run(&w[r0 * wrow..r1 * wrow]),
-            Some(widen) => WIDE.with_borrow_mut(|wide| {
+        match input {
+            TileInput::F32 | TileInput::Rounded => run(&w[r0 * wrow..r1 * wrow]),
+            TileInput::Widened(widen) => WIDE.with_borrow_mut(|wide| {
                 let n = (r1 - r0) * cols;
                 if wide.len() < n {
                     wide.resize(n, 0.0);
@@ -191,6 +213,47 @@ fn shared_rows(k: usize, tiles: usize, rows: usize) -> u32 {
     (0..rows.min(32))
         .filter(|r| r % tiles == k)
         .fold(0, |mask, r| mask | 1 << r)
+}
+
+/// How a batch's rows reach the tiles.
+#[derive(Clone, Copy)]
+enum TileInput {
+    /// F32 weights and activations, as they are.
+    F32,
+    /// F16 or BF16 rows and rounded activations, widened to f32.
+    Widened(WidenFn),
+    /// Rows and rounded activations as they are (BF16 pairs).
+    Rounded,
+}
+
+/// Rounds `tokens` activation rows to the weight type (`quantize`, rows of
+/// `arow` bytes into `scratch.buf`, where the row kernel and the tiles
+/// read them), with zero rows up to `padded`, a share of the tokens per
+/// thread.
+fn round_activations(
+    quantize: crate::dispatch::QuantizeFn,
+    x: &[f32],
+    arow: usize,
+    (tokens, padded): (usize, usize),
+    scratch: &mut Scratch,
+    pool: &dyn ThreadPool,
+) {
+    let cols = x.len() / tokens;
+    if scratch.buf.len() < padded * arow {
+        scratch.buf.resize(padded * arow, 0);
+    }
+    scratch.buf[tokens * arow..padded * arow].fill(0);
+    let per = tokens.div_ceil(pool.threads().max(1));
+    let out = Out(scratch.buf.as_mut_ptr());
+    let out = &out;
+    pool.run(tokens.div_ceil(per), &|u| {
+        let (t0, t1) = (u * per, ((u + 1) * per).min(tokens));
+        let (at, len) = (t0 * arow, (t1 - t0) * arow);
+        // SAFETY: `scratch.buf` holds `padded` rows of `arow` bytes (grown
+        // above); unit `u` alone writes its tokens `t0..t1`.
+        let rows = unsafe { std::slice::from_raw_parts_mut(out.0.add(at), len) };
+        quantize(&x[t0 * cols..t1 * cols], rows);
+    });
 }
 
 /// Where f32 may start in a byte buffer (which has three spare bytes).

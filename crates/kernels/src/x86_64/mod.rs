@@ -10,6 +10,9 @@
 //! The legacy row kernels stay AVX2's: a VNNI version is no faster there.
 //! [`AMX`] starts from [`AVX512`] and multiplies stored Q4_K batches on the
 //! tile unit, sixteen tokens a group, with their bits.
+//! Where the CPU has AVX-512 BF16, [`AVX512_WITH_BF16`] and [`AMX_WITH_BF16`]
+//! replace their BF16 entry with `vdpbf16ps` kernels, which have bits of
+//! their own (not AVX2's widened chain).
 //!
 //! Each entry is a named constant built with struct-update syntax from the
 //! scalar entry (or, for AVX-512, the AVX2 entry): every field an ISA
@@ -556,7 +559,44 @@ const fn with_wide_tile(k: TypeKernels) -> TypeKernels {
     }
 }
 
-pub(crate) static AVX512: [TypeKernels; 13] = [
+/// BF16 on CPUs with AVX-512 BF16: `vdpbf16ps` over the file's rows and
+/// the rounded activations as they are, in every kernel, with their own
+/// bits (not the widened F32 chain's).
+const AVX512_BF16_PAIRS: TypeKernels = TypeKernels {
+    isa: Isa::Avx512Vnni,
+    vec_dot: avx512::vec_dot_bf16_pairs,
+    vec_dot_rows8: Some(avx512::vec_dot_rows8_bf16_pairs),
+    f32_tiles: Some(F32Tiles {
+        narrow: avx512::BF16_TILE_NARROW,
+        wide: Some(avx512::BF16_TILE_WIDE),
+        widen: None,
+    }),
+    ..AVX2_BF16
+};
+
+/// `table` with its BF16 entry replaced by [`AVX512_BF16_PAIRS`], tagged `isa`.
+const fn with_bf16_pairs(mut table: [TypeKernels; 13], isa: Isa) -> [TypeKernels; 13] {
+    let mut i = 0;
+    while i < table.len() {
+        if table[i].weight as u32 == T::BF16 as u32 {
+            table[i] = TypeKernels {
+                isa,
+                ..AVX512_BF16_PAIRS
+            };
+        }
+        i += 1;
+    }
+    table
+}
+
+/// The AVX-512 table; [`AVX512_WITH_BF16`] where the CPU has AVX-512 BF16.
+pub(crate) static AVX512: [TypeKernels; 13] = AVX512_ENTRIES;
+
+/// The AVX-512 table of CPUs with AVX-512 BF16.
+pub(crate) static AVX512_WITH_BF16: [TypeKernels; 13] =
+    with_bf16_pairs(AVX512_ENTRIES, Isa::Avx512Vnni);
+
+const AVX512_ENTRIES: [TypeKernels; 13] = [
     AVX512_F32,
     with_wide_tile(AVX2_F16),
     with_wide_tile(AVX2_BF16),
@@ -612,7 +652,13 @@ const AMX_Q6_K: TypeKernels = {
     }
 };
 
-pub(crate) static AMX: [TypeKernels; 13] = [
+/// The AMX table of CPUs with AVX-512 BF16 (every AMX CPU so far).
+pub(crate) static AMX_WITH_BF16: [TypeKernels; 13] = with_bf16_pairs(AMX_ENTRIES, Isa::Amx);
+
+/// The AMX table; [`AMX_WITH_BF16`] where the CPU has AVX-512 BF16.
+pub(crate) static AMX: [TypeKernels; 13] = AMX_ENTRIES;
+
+const AMX_ENTRIES: [TypeKernels; 13] = [
     on_amx(AVX512_F32),
     on_amx(with_wide_tile(AVX2_F16)),
     on_amx(with_wide_tile(AVX2_BF16)),

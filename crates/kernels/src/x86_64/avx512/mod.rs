@@ -5,7 +5,10 @@
 //! The tests run them natively where the CPU has AVX-512 VNNI, and the tests
 //! named `miri_avx512_*` run them under Miri on any x86-64 machine (see
 //! `.ci/isa-tests.sh`), so only intrinsics Miri implements are used here, and
-//! f16 scales are decoded in software.
+//! f16 scales are decoded in software. The exception is `bf16`: Miri has
+//! no `vdpbf16ps`, so its kernels run natively only, where the CPU has
+//! AVX-512 BF16 (Zen 4 and later, Sapphire Rapids and later); elsewhere, and
+//! under Miri, the table keeps AVX2's widened BF16 kernels.
 
 // AVX2's tile bodies and attention plumbing, run here with VNNI units and
 // 512-bit kernels.
@@ -19,6 +22,7 @@ mod activation;
 mod attention;
 mod attention_chunked;
 mod attention_tile;
+mod bf16;
 mod float;
 mod kquant;
 mod panel;
@@ -33,6 +37,7 @@ pub(crate) use activation::*;
 pub(crate) use attention::*;
 pub(crate) use attention_chunked::{CHUNKED_QUERIES, attend_chunked};
 pub(crate) use attention_tile::{attend_tile, tile_queries};
+pub(crate) use bf16::*;
 pub(crate) use float::*;
 pub(crate) use kquant::*;
 pub(crate) use panel::*;
