@@ -239,6 +239,36 @@ macro_rules! kernel_fns {
         }
     )*};
 
+    // The same for Q4_1 and Q5_1, whose panel blocks also hold `m`.
+    (unpack_offset $isa:ident;
+     $($ty:ident, $size:literal => $f:ident
+       = |$rows:ident, $rb:ident, $nb:ident, $out:ident| $call:expr;)*) => {$(
+        pub(crate) fn $f(cols: usize, rows: &[u8], out: &mut [u8]) {
+            use crate::panel::{OFFSET_BLOCK, PANEL_ROWS};
+            target_fns! { $isa:
+                unsafe fn entry($rows: *const u8, $rb: usize, $nb: usize, $out: *mut u8) {
+                    // SAFETY: forwarded from the wrapper's checks.
+                    unsafe { $call }
+                }
+            }
+            let (nb, given) =
+                crate::panel::panel_shape(crate::GgmlType::$ty, cols, rows, out, OFFSET_BLOCK);
+            if given < PANEL_ROWS {
+                return crate::panel::$f(cols, rows, out);
+            }
+            let rb = nb * $size;
+            // SAFETY: sixteen whole rows of `nb` blocks and `nb` panel blocks
+            // (checked above); reachable only through a table handed out after the
+            // ISA's features were detected.
+            unsafe { entry(rows.as_ptr(), rb, nb, out.as_mut_ptr()) };
+            for (i, dst) in out.chunks_exact_mut(OFFSET_BLOCK).enumerate() {
+                for r in 0..PANEL_ROWS {
+                    crate::panel::offset_meta(r, &rows[r * rb + i * $size..][..4], dst);
+                }
+            }
+        }
+    )*};
+
     // A panel against the prepared rows of `T` tokens, sixteen outputs a
     // token: `$wide` takes `PANEL_TOKENS` tokens, `$narrow` half as many.
     (panels $isa:ident;

@@ -32,6 +32,10 @@
 //!   (unsigned); then the rows' 16 scales as f32. Prepared activations (40
 //!   bytes per block): the 32 quants, the scale as f32, and `−Σa · 2^shift`,
 //!   which starts the integer sum and takes the offset back.
+//! * Q4_1/Q5_1 (640 bytes per 32 values): the quant dwords as above, the
+//!   quants unsigned as they are (no offset); then the rows' 16 `d` and
+//!   their 16 `m` as f32. Prepared activations (40 bytes, from Q8_1): the
+//!   32 quants, `d` and `s = d · Σa` as f32.
 //! * Q4_K (4992 bytes per 256 values): per 32-value sub-block `s`, 8 × 64
 //!   bytes of quants (0..15) as above; then per sub-block the rows' scales as
 //!   i32 (`4096 + 64s`); then per pair `p` of sub-blocks the rows' mins as i16
@@ -131,6 +135,9 @@ impl PanelFns {
 /// Bytes per block of the legacy panel and of its prepared activations.
 pub(crate) const LEGACY_BLOCK: usize = 576;
 pub(crate) const LEGACY_ACT: usize = 40;
+/// Bytes per block of the Q4_1 and Q5_1 panel; their prepared activations
+/// take [`LEGACY_ACT`] bytes.
+pub(crate) const OFFSET_BLOCK: usize = 640;
 /// Bytes per block of the Q8_0 i16 panel and of its prepared activations.
 pub(crate) const Q8_0_I16_BLOCK: usize = 1088;
 pub(crate) const Q8_0_I16_ACT: usize = 68;
@@ -237,6 +244,74 @@ pub(crate) fn unpack_q4_0(cols: usize, rows: &[u8], out: &mut [u8]) {
 }
 pub(crate) fn unpack_q5_0(cols: usize, rows: &[u8], out: &mut [u8]) {
     unpack_legacy(GgmlType::Q5_0, cols, rows, out, q5_0_dwords);
+}
+
+#[inline(always)]
+fn q4_1_dwords(b: &[u8; 20]) -> [u32; 8] {
+    std::array::from_fn(|k| (u32_at(b, 4 + 4 * (k % 4)) >> (4 * (k / 4))) & 0x0F0F_0F0F)
+}
+#[inline(always)]
+fn q5_1_dwords(b: &[u8; 24]) -> [u32; 8] {
+    let qh = u32_at(b, 4);
+    std::array::from_fn(|k| {
+        let high = (qh >> (4 * k)) & 0xF;
+        // Bit e of `high` → bit 4 of byte e.
+        let spread = (high & 1) | (high & 2) << 7 | (high & 4) << 14 | (high & 8) << 21;
+        ((u32_at(b, 8 + 4 * (k % 4)) >> (4 * (k / 4))) & 0x0F0F_0F0F) | spread << 4
+    })
+}
+
+/// Q4_1 and Q5_1 rows (`d`, `m`, unsigned quants) into their panel: the
+/// quant dwords as the legacy panel holds them, then the rows' `d` and
+/// their `m` as f32.
+#[inline(always)]
+fn unpack_offset<const TS: usize>(
+    ty: GgmlType,
+    cols: usize,
+    rows: &[u8],
+    out: &mut [u8],
+    dwords: impl Fn(&[u8; TS]) -> [u32; 8],
+) {
+    let (nb, given) = panel_shape(ty, cols, rows, out, OFFSET_BLOCK);
+    if given < PANEL_ROWS {
+        out.fill(0);
+    }
+    for r in 0..given {
+        let row = &rows[r * nb * TS..(r + 1) * nb * TS];
+        for (b, dst) in row.chunks_exact(TS).zip(out.chunks_exact_mut(OFFSET_BLOCK)) {
+            let b: &[u8; TS] = b.try_into().unwrap();
+            for (k, q) in dwords(b).into_iter().enumerate() {
+                put(dst, 64 * k + 4 * r, q.to_le_bytes());
+            }
+            offset_meta(r, b, dst);
+        }
+    }
+}
+
+/// Row `r`'s `d` and `m` of a Q4_1 or Q5_1 block `b` into panel block `dst`.
+#[inline(always)]
+pub(crate) fn offset_meta(r: usize, b: &[u8], dst: &mut [u8]) {
+    put(dst, 512 + 4 * r, f16_at(b, 0).to_le_bytes());
+    put(dst, 576 + 4 * r, f16_at(b, 2).to_le_bytes());
+}
+
+pub(crate) fn unpack_q4_1(cols: usize, rows: &[u8], out: &mut [u8]) {
+    unpack_offset(GgmlType::Q4_1, cols, rows, out, q4_1_dwords);
+}
+pub(crate) fn unpack_q5_1(cols: usize, rows: &[u8], out: &mut [u8]) {
+    unpack_offset(GgmlType::Q5_1, cols, rows, out, q5_1_dwords);
+}
+
+/// Q8_1 activations for the Q4_1 and Q5_1 panels: the quants, `d` and
+/// `s` (`d · Σa`) as f32.
+pub(crate) fn prepare_q8_1(cols: usize, act: &[u8], out: &mut [u8]) {
+    let nb = row_blocks(GgmlType::Q8_1, cols, act);
+    assert_eq!(out.len(), nb * LEGACY_ACT, "prepared Q8_1 row size");
+    for (b, dst) in act.chunks_exact(36).zip(out.chunks_exact_mut(LEGACY_ACT)) {
+        dst[..32].copy_from_slice(&b[4..]);
+        put(dst, 32, f16_at(b, 0).to_le_bytes());
+        put(dst, 36, f16_at(b, 2).to_le_bytes());
+    }
 }
 
 /// Q8_0 activations for weights offset by `2^shift`.

@@ -27,7 +27,7 @@ mod avx2 {
 mod avx512_native {
     use super::*;
     crate::isa_proptests!(Isa::Avx512Vnni;
-        f32 => F32, bf16 => BF16, q4_0 => Q4_0, q5_0 => Q5_0, q8_0 => Q8_0, q3_k => Q3_K, q4_k => Q4_K,
+        f32 => F32, bf16 => BF16, q4_0 => Q4_0, q4_1 => Q4_1, q5_0 => Q5_0, q5_1 => Q5_1, q8_0 => Q8_0, q3_k => Q3_K, q4_k => Q4_K,
         q5_k => Q5_K, q6_k => Q6_K,
     );
 }
@@ -38,7 +38,7 @@ mod avx512_native {
 mod amx_native {
     use super::*;
     crate::isa_proptests!(Isa::Amx;
-        f32 => F32, bf16 => BF16, q4_0 => Q4_0, q5_0 => Q5_0, q8_0 => Q8_0, q3_k => Q3_K, q4_k => Q4_K,
+        f32 => F32, bf16 => BF16, q4_0 => Q4_0, q4_1 => Q4_1, q5_0 => Q5_0, q5_1 => Q5_1, q8_0 => Q8_0, q3_k => Q3_K, q4_k => Q4_K,
         q5_k => Q5_K, q6_k => Q6_K,
     );
 
@@ -152,6 +152,29 @@ mod miri_avx512 {
     #[test]
     fn q5_0() {
         run(GgmlType::Q5_0);
+    }
+    /// Q4_1 and Q5_1 keep AVX2's row kernels and add VNNI panels.
+    #[test]
+    fn offset_panels() {
+        if !runs_here(Isa::Avx512Vnni) {
+            return;
+        }
+        for ty in [GgmlType::Q4_1, GgmlType::Q5_1] {
+            let k = entry(Isa::Avx512Vnni, ty);
+            assert!(
+                k.panel.is_some(),
+                "{ty}: the AVX-512 table must have panels"
+            );
+            if cfg!(miri) {
+                for (seed, style, blocks) in [(1, 0, 3), (2, 4, 2)] {
+                    check_dot_only(k, seed, blocks, style);
+                }
+            } else {
+                for (seed, style) in [(1, 0), (2, 4), (3, 13)] {
+                    check_case(k, seed, 3, style);
+                }
+            }
+        }
     }
     #[test]
     fn q4_k() {

@@ -466,7 +466,14 @@ fn random_activation_row(k: &TypeKernels, rng: &mut Rng, n: usize) -> Vec<u8> {
                 b[260 + 2 * g..262 + 2 * g].copy_from_slice(&(s as i16).to_le_bytes());
             }
         } else {
-            b[..2].copy_from_slice(&f16::from_f32_const(rng.unit() * 0.01).to_le_bytes());
+            let d = f16::from_f32_const(rng.unit() * 0.01);
+            b[..2].copy_from_slice(&d.to_le_bytes());
+            if k.activation == GgmlType::Q8_1 {
+                // `s` is `d · Σq`, as the quantizer makes it.
+                let sum: i32 = b[4..].iter().map(|&v| v as i8 as i32).sum();
+                let s = f16::from_f32_const(d.to_f32_const() * sum as f32);
+                b[2..4].copy_from_slice(&s.to_le_bytes());
+            }
         }
     }
     a
@@ -578,6 +585,8 @@ fn check_panel(k: &TypeKernels, n: usize, w: &[u8], cols: &[Vec<u8>], seed: u64,
         GgmlType::Q8_0 => crate::panel::unpack_q8_0,
         GgmlType::Q4_0 => crate::panel::unpack_q4_0,
         GgmlType::Q5_0 => crate::panel::unpack_q5_0,
+        GgmlType::Q4_1 => crate::panel::unpack_q4_1,
+        GgmlType::Q5_1 => crate::panel::unpack_q5_1,
         GgmlType::Q3_K => crate::q3_k::unpack_reference,
         GgmlType::Q4_K => crate::panel::unpack_q4_k,
         GgmlType::Q5_K => crate::q5_k::unpack_panel,

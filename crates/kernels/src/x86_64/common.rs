@@ -153,6 +153,22 @@ pub(super) unsafe fn q5_0_unsigned(x: *const u8) -> __m256i {
     }
 }
 
+/// Q4_1's quants, 0..15 (unsigned as they are): 16 nibble bytes at offset 4.
+#[inline(always)]
+pub(super) unsafe fn q4_1_unsigned(x: *const u8) -> __m256i {
+    // SAFETY: a Q4_1 block has 16 nibble bytes at offset 4.
+    unsafe { nibbles(x.add(4)) }
+}
+/// Q5_1's quants, 0..31: `qh` at offset 4, 16 nibble bytes at 8.
+#[inline(always)]
+pub(super) unsafe fn q5_1_unsigned(x: *const u8) -> __m256i {
+    // SAFETY: a Q5_1 block has qh at offset 4 and 16 nibble bytes at 8.
+    unsafe {
+        let hi = _mm256_and_si256(bytes_from_bits(x.add(4)), _mm256_set1_epi8(0x10));
+        _mm256_or_si256(nibbles(x.add(8)), hi)
+    }
+}
+
 /// Dword `J` of each 128-bit half of `w` in all four of its dwords: weight
 /// dwords `J` and `J + 4` against a packed vector of [`crate::act_pack`].
 #[inline(always)]

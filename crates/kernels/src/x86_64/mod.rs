@@ -45,6 +45,9 @@ const AVX2_LEGACY_PANEL_MIN_TOKENS: usize = 8;
 const AVX2_Q4_K_PANEL_MIN_TOKENS: usize = 12;
 /// The same for the AVX-512 panels.
 const AVX512_PANEL_MIN_TOKENS: usize = 32;
+/// The same for the AVX-512 Q4_1 and Q5_1 panels, which pass the 1×4
+/// kernel sooner.
+const AVX512_OFFSET_PANEL_MIN_TOKENS: usize = 8;
 
 // ------------------------------------------------------------------- AVX2
 
@@ -356,6 +359,35 @@ const AVX512_Q4_0: TypeKernels = TypeKernels {
     ..AVX2_Q4_0
 };
 
+/// Q4_1 and Q5_1 keep AVX2's row and 1×4 kernels and add panels with
+/// their bits: from fewer tokens than the legacy types' panels, as they
+/// have no tiles to pass.
+const AVX512_OFFSET_PANEL: PanelFns = PanelFns {
+    unpack: avx512::unpack_q4_1,
+    prepare: panel::prepare_q8_1,
+    quantize_prepared: None,
+    wide: avx512::panel8_offset,
+    narrow: avx512::panel4_offset,
+    block_bytes: panel::OFFSET_BLOCK,
+    min_tokens: AVX512_OFFSET_PANEL_MIN_TOKENS,
+    ..AVX512_LEGACY_PANEL
+};
+
+const AVX512_Q4_1: TypeKernels = TypeKernels {
+    isa: Isa::Avx512Vnni,
+    panel: Some(AVX512_OFFSET_PANEL),
+    ..AVX2_Q4_1
+};
+
+const AVX512_Q5_1: TypeKernels = TypeKernels {
+    isa: Isa::Avx512Vnni,
+    panel: Some(PanelFns {
+        unpack: avx512::unpack_q5_1,
+        ..AVX512_OFFSET_PANEL
+    }),
+    ..AVX2_Q5_1
+};
+
 const AVX512_Q5_0: TypeKernels = TypeKernels {
     isa: Isa::Avx512Vnni,
     vec_dot_rows8: Some(avx512::vec_dot_rows8_q5_0),
@@ -601,9 +633,9 @@ const AVX512_ENTRIES: [TypeKernels; 13] = [
     with_wide_tile(AVX2_F16),
     with_wide_tile(AVX2_BF16),
     AVX512_Q4_0,
-    on_avx512(AVX2_Q4_1),
+    AVX512_Q4_1,
     AVX512_Q5_0,
-    on_avx512(AVX2_Q5_1),
+    AVX512_Q5_1,
     AVX512_Q8_0,
     on_avx512(AVX2_Q2_K),
     AVX512_Q3_K,
@@ -663,9 +695,9 @@ const AMX_ENTRIES: [TypeKernels; 13] = [
     on_amx(with_wide_tile(AVX2_F16)),
     on_amx(with_wide_tile(AVX2_BF16)),
     on_amx(AVX512_Q4_0),
-    on_amx(on_avx512(AVX2_Q4_1)),
+    on_amx(AVX512_Q4_1),
     on_amx(AVX512_Q5_0),
-    on_amx(on_avx512(AVX2_Q5_1)),
+    on_amx(AVX512_Q5_1),
     on_amx(AVX512_Q8_0),
     on_amx(on_avx512(AVX2_Q2_K)),
     on_amx(AVX512_Q3_K),

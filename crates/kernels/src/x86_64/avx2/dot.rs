@@ -227,28 +227,11 @@ unsafe fn q8_1_rows<const N: usize>(
     }
 }
 
-/// Q4_1's quants, 0..15: 16 nibble bytes at offset 4.
-#[inline(always)]
-unsafe fn q4_1_quants(x: *const u8) -> __m256i {
-    // SAFETY: a Q4_1 block has 16 nibble bytes at offset 4.
-    unsafe { nibbles(x.add(4)) }
-}
-
-/// Q5_1's quants, 0..31: `qh` at offset 4, 16 nibble bytes at 8.
-#[inline(always)]
-unsafe fn q5_1_quants(x: *const u8) -> __m256i {
-    // SAFETY: a Q5_1 block has qh at offset 4 and 16 nibble bytes at 8.
-    unsafe {
-        let hi = _mm256_and_si256(bytes_from_bits(x.add(4)), _mm256_set1_epi8(0x10));
-        _mm256_or_si256(nibbles(x.add(8)), hi)
-    }
-}
-
 kernel_fns! { dot avx2;
     Q4_1, Q8_1 => vec_dot_q4_1, vec_dot_x4_q4_1
-        = |nb, w, a| q8_1_rows::<N>(nb, w, 20, a, q4_1_quants);
+        = |nb, w, a| q8_1_rows::<N>(nb, w, 20, a, q4_1_unsigned);
     Q5_1, Q8_1 => vec_dot_q5_1, vec_dot_x4_q5_1
-        = |nb, w, a| q8_1_rows::<N>(nb, w, 24, a, q5_1_quants);
+        = |nb, w, a| q8_1_rows::<N>(nb, w, 24, a, q5_1_unsigned);
 }
 
 /// Eight f32 at `p` (shared with the AVX-512 attention).

@@ -135,12 +135,68 @@ unsafe fn legacy_panel<const T: usize, const FORM: u8>(
     }
 }
 
+/// A Q4_1 or Q5_1 panel ([`crate::panel::OFFSET_BLOCK`]) of `nb` blocks
+/// against `T` prepared Q8_1 rows `arow` bytes apart, with the row
+/// kernel's four chains: `d_w·d_a·Σ q·a` and `m_w·s_a`, each over even and
+/// odd blocks, then `(even + odd) + (even mins + odd mins)`. The minimum
+/// terms run in a pass of their own, so neither pass spills registers.
+#[inline(always)]
+unsafe fn offset_panel<const T: usize>(
+    nb: usize,
+    panel: *const u8,
+    acts: *const u8,
+    arow: usize,
+    out: *mut f32,
+) {
+    // SAFETY: `nb` panel blocks, `T` prepared rows of `nb` blocks and `16·T`
+    // floats of output (the wrapper's checks); features enabled in the callers.
+    unsafe {
+        use crate::panel::{LEGACY_ACT, OFFSET_BLOCK};
+        let y = |t: usize, i: usize| acts.add(t * arow + i * LEGACY_ACT);
+        let mut sums = [[_mm512_setzero_ps(); T]; 2];
+        for i in 0..nb {
+            let wb = panel.add(i * OFFSET_BLOCK);
+            let w: [__m512i; 8] = std::array::from_fn(|k| load512(wb.add(64 * k)));
+            let dw = _mm512_loadu_ps(wb.add(512).cast());
+            for (t, sum) in sums[i % 2].iter_mut().enumerate() {
+                let y = y(t, i);
+                // Two chains, so the tokens keep both `vpdpbusd` ports busy.
+                let mut a0 = _mm512_setzero_si512();
+                let mut a1 = _mm512_setzero_si512();
+                for k in (0..8).step_by(2) {
+                    a0 = _mm512_dpbusd_epi32(a0, w[k], bcast(y.add(4 * k)));
+                    a1 = _mm512_dpbusd_epi32(a1, w[k + 1], bcast(y.add(4 * k + 4)));
+                }
+                let d = _mm512_mul_ps(dw, _mm512_set1_ps(f32_at(y.add(32))));
+                let s = _mm512_cvtepi32_ps(_mm512_add_epi32(a0, a1));
+                *sum = _mm512_fmadd_ps(d, s, *sum);
+            }
+        }
+        let mut mins = [[_mm512_setzero_ps(); T]; 2];
+        for i in 0..nb {
+            let mw = _mm512_loadu_ps(panel.add(i * OFFSET_BLOCK + 576).cast());
+            for (t, min) in mins[i % 2].iter_mut().enumerate() {
+                let s = _mm512_set1_ps(f32_at(y(t, i).add(36)));
+                *min = _mm512_fmadd_ps(mw, s, *min);
+            }
+        }
+        for t in 0..T {
+            let sum = _mm512_add_ps(sums[0][t], sums[1][t]);
+            let min = _mm512_add_ps(mins[0][t], mins[1][t]);
+            _mm512_storeu_ps(out.add(16 * t), _mm512_add_ps(sum, min));
+        }
+    }
+}
+
 // One legacy kernel serves Q8_0, Q4_0 and Q5_0: their panels differ only
 // in how they were unpacked.
 kernel_fns! { panels avx512;
     "legacy", 32, crate::panel::LEGACY_BLOCK, crate::panel::LEGACY_ACT
         => panel8_legacy, panel4_legacy
         = |nb, panel, acts, arow, out| legacy_panel::<T, UNPACKED>(nb, panel, acts, arow, out, 0);
+    "Q4_1/Q5_1", 32, crate::panel::OFFSET_BLOCK, crate::panel::LEGACY_ACT
+        => panel8_offset, panel4_offset
+        = |nb, panel, acts, arow, out| offset_panel::<T>(nb, panel, acts, arow, out);
     "stored Q8_0", 32, crate::panel::STORED_Q8_0_BLOCK, crate::panel::LEGACY_ACT
         => panel8_stored_q8_0, panel4_stored_q8_0
         = |nb, panel, acts, arow, out| legacy_panel::<T, STORED_Q8_0>(nb, panel, acts, arow, out, crate::prefetch::batch_ahead());

@@ -135,7 +135,7 @@ kernel_fns! { unpack avx512;
 /// each row's pair of blocks decoded unsigned by `quants` (the panel's
 /// `w + 2^shift`), then transposed sixteen rows at a time.
 #[inline(always)]
-unsafe fn unpack_legacy_quants(
+unsafe fn unpack_legacy_quants<const BLOCK: usize>(
     rows: *const u8,
     rb: usize,
     wsize: usize,
@@ -143,7 +143,6 @@ unsafe fn unpack_legacy_quants(
     quants: unsafe fn(*const u8) -> __m256i,
     out: *mut u8,
 ) {
-    use crate::panel::LEGACY_BLOCK;
     // SAFETY: sixteen rows of `nb` blocks and `nb` panel blocks (the
     // wrapper's checks); AVX-512 F/BW/VL and AVX2 are enabled in the callers.
     unsafe {
@@ -162,9 +161,9 @@ unsafe fn unpack_legacy_quants(
             }
             let o = transpose16(v);
             for d in 0..8 {
-                store512(out.add(i * LEGACY_BLOCK + 64 * d), o[d]);
+                store512(out.add(i * BLOCK + 64 * d), o[d]);
                 if pair {
-                    store512(out.add((i + 1) * LEGACY_BLOCK + 64 * d), o[8 + d]);
+                    store512(out.add((i + 1) * BLOCK + 64 * d), o[8 + d]);
                 }
             }
             i += 2;
@@ -174,11 +173,18 @@ unsafe fn unpack_legacy_quants(
 
 kernel_fns! { unpack_legacy avx512;
     Q8_0, 34 => unpack_q8_0
-        = |rows, rb, nb, out| unpack_legacy_quants(rows, rb, 34, nb, q8_0_unsigned, out);
+        = |rows, rb, nb, out| unpack_legacy_quants::<LEGACY_BLOCK>(rows, rb, 34, nb, q8_0_unsigned, out);
     Q4_0, 18 => unpack_q4_0
-        = |rows, rb, nb, out| unpack_legacy_quants(rows, rb, 18, nb, q4_0_unsigned, out);
+        = |rows, rb, nb, out| unpack_legacy_quants::<LEGACY_BLOCK>(rows, rb, 18, nb, q4_0_unsigned, out);
     Q5_0, 22 => unpack_q5_0
-        = |rows, rb, nb, out| unpack_legacy_quants(rows, rb, 22, nb, q5_0_unsigned, out);
+        = |rows, rb, nb, out| unpack_legacy_quants::<LEGACY_BLOCK>(rows, rb, 22, nb, q5_0_unsigned, out);
+}
+
+kernel_fns! { unpack_offset avx512;
+    Q4_1, 20 => unpack_q4_1
+        = |rows, rb, nb, out| unpack_legacy_quants::<OFFSET_BLOCK>(rows, rb, 20, nb, q4_1_unsigned, out);
+    Q5_1, 24 => unpack_q5_1
+        = |rows, rb, nb, out| unpack_legacy_quants::<OFFSET_BLOCK>(rows, rb, 24, nb, q5_1_unsigned, out);
 }
 
 /// Q3_K rows into Q6_K panels, through the Q6_K blocks of the same values.
