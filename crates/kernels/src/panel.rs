@@ -295,6 +295,15 @@ pub(crate) fn offset_meta(r: usize, b: &[u8], dst: &mut [u8]) {
     put(dst, 576 + 4 * r, f16_at(b, 2).to_le_bytes());
 }
 
+/// [`offset_meta`] of a Q4_1 block, as the SIMD unpackers take it.
+pub(crate) fn q4_1_meta(r: usize, b: &[u8; 20], dst: &mut [u8; OFFSET_BLOCK]) {
+    offset_meta(r, b, dst);
+}
+/// [`offset_meta`] of a Q5_1 block, as the SIMD unpackers take it.
+pub(crate) fn q5_1_meta(r: usize, b: &[u8; 24], dst: &mut [u8; OFFSET_BLOCK]) {
+    offset_meta(r, b, dst);
+}
+
 pub(crate) fn unpack_q4_1(cols: usize, rows: &[u8], out: &mut [u8]) {
     unpack_offset(GgmlType::Q4_1, cols, rows, out, q4_1_dwords);
 }

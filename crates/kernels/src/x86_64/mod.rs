@@ -141,7 +141,25 @@ const AVX2_Q4_1: TypeKernels = TypeKernels {
     quantize_activation: avx2::quantize_q8_1,
     vec_dot: avx2::vec_dot_q4_1,
     vec_dot_x4: Some(avx2::vec_dot_x4_q4_1),
+    panel: Some(AVX2_OFFSET_PANEL),
     ..scalar(T::Q4_1)
+};
+
+/// Q4_1's and Q5_1's panels: their quants unsigned as they are, each
+/// block's `m_w·s_a` in chains of their own, with the row kernel's bits.
+/// Batches take them from as few tokens as Q4_0's.
+const AVX2_OFFSET_PANEL: PanelFns = PanelFns {
+    unpack: avx2::unpack_q4_1,
+    prepare: panel::prepare_q8_1,
+    quantize_prepared: None,
+    wide: avx2::panel8_q4_1,
+    narrow: avx2::panel4_q4_1,
+    pair: None,
+    many: None,
+    block_bytes: panel::OFFSET_BLOCK,
+    act_block_bytes: panel::LEGACY_ACT,
+    block_values: 32,
+    min_tokens: AVX2_LEGACY_PANEL_MIN_TOKENS,
 };
 
 const AVX2_Q5_0: TypeKernels = TypeKernels {
@@ -180,6 +198,12 @@ const AVX2_Q5_1: TypeKernels = TypeKernels {
     quantize_activation: avx2::quantize_q8_1,
     vec_dot: avx2::vec_dot_q5_1,
     vec_dot_x4: Some(avx2::vec_dot_x4_q5_1),
+    panel: Some(PanelFns {
+        unpack: avx2::unpack_q5_1,
+        wide: avx2::panel8_q5_1,
+        narrow: avx2::panel4_q5_1,
+        ..AVX2_OFFSET_PANEL
+    }),
     ..scalar(T::Q5_1)
 };
 

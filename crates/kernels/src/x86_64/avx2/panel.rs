@@ -17,8 +17,8 @@
 
 use super::*;
 use crate::panel::{
-    LEGACY_ACT, LEGACY_BLOCK, Q4_K_ACT, Q4_K_ACT_QUANTS, Q4_K_ACT_SUMS, Q4_K_BLOCK, Q6_K_ACT,
-    Q6_K_ACT_QUANTS, Q6_K_BLOCK, Q8_0_I16_ACT, Q8_0_I16_BLOCK,
+    LEGACY_ACT, LEGACY_BLOCK, OFFSET_BLOCK, Q4_K_ACT, Q4_K_ACT_QUANTS, Q4_K_ACT_SUMS, Q4_K_BLOCK,
+    Q6_K_ACT, Q6_K_ACT_QUANTS, Q6_K_BLOCK, Q8_0_I16_ACT, Q8_0_I16_BLOCK,
 };
 
 /// Tokens per pass.
@@ -51,12 +51,13 @@ unsafe fn float_step(acc: __m256, dw: __m256, da: *const u8, sum: __m256i) -> __
 }
 
 /// One legacy panel block (both halves) against four tokens' blocks (`ys`):
-/// each token's exact sum `Σ(w + o)·a − o·Σa`, then the row kernel's
+/// each token's exact sum `Σ(w + o)·a − o·Σa` (with `OFFSET`; without it,
+/// Q4_1's and Q5_1's `Σ w·a`), then the row kernel's
 /// `acc = fma(d_w·d_a, Σ, acc)` on the block's chain (`acc`). Each broadcast
 /// activation meets both halves' quants. `STEPS` quant dwords are summed in
 /// i16 before widening.
 #[inline(always)]
-unsafe fn legacy_block<const STEPS: usize>(
+unsafe fn legacy_block<const STEPS: usize, const OFFSET: bool>(
     p: *const u8,
     ys: [*const u8; G],
     acc: &mut [[__m256; 2]; G],
@@ -66,7 +67,12 @@ unsafe fn legacy_block<const STEPS: usize>(
     unsafe {
         let ones = _mm256_set1_epi16(1);
         // The sum starts at `−Σa · 2^shift`, which takes the weights' offset back.
-        let mut s32: [[__m256i; 2]; G] = std::array::from_fn(|t| [bcast(ys[t].add(36)); 2]);
+        let mut s32: [[__m256i; 2]; G] = [[_mm256_setzero_si256(); 2]; G];
+        if OFFSET {
+            for (s, y) in s32.iter_mut().zip(ys) {
+                *s = [bcast(y.add(36)); 2];
+            }
+        }
         for g in (0..8).step_by(STEPS) {
             let mut s16 = [[_mm256_setzero_si256(); 2]; G];
             for k in g..g + STEPS {
@@ -113,12 +119,58 @@ unsafe fn legacy_panel<const T: usize, const STEPS: usize>(
             let mut acc = [[[_mm256_setzero_ps(); 2]; G]; 2];
             for i in 0..nb {
                 let ys = std::array::from_fn(|t| acts.add((t0 + t) * arow + i * LEGACY_ACT));
-                legacy_block::<STEPS>(panel.add(i * LEGACY_BLOCK), ys, &mut acc[i % 2]);
+                legacy_block::<STEPS, true>(panel.add(i * LEGACY_BLOCK), ys, &mut acc[i % 2]);
             }
             let [even, odd] = acc;
             for (t, (even, odd)) in even.iter().zip(&odd).enumerate() {
                 for (h, (&e, &o)) in even.iter().zip(odd).enumerate() {
                     _mm256_storeu_ps(out.add(16 * (t0 + t) + 8 * h), _mm256_add_ps(e, o));
+                }
+            }
+        }
+    }
+}
+
+/// A Q4_1 or Q5_1 panel ([`OFFSET_BLOCK`]) against `T` prepared Q8_1 rows,
+/// four tokens at a time, with the row kernel's four chains: `d_w·d_a·Σ`
+/// and `m_w·s_a`, each over even and odd blocks, then
+/// `(even + odd) + (even mins + odd mins)`, the minimum terms in a pass of
+/// their own.
+#[inline(always)]
+unsafe fn offset_panel<const T: usize, const STEPS: usize>(
+    nb: usize,
+    panel: *const u8,
+    acts: *const u8,
+    arow: usize,
+    out: *mut f32,
+) {
+    // SAFETY: `nb` panel blocks, `T` prepared rows and `16·T` output floats
+    // (the wrapper's checks); AVX2/FMA are enabled in the callers.
+    unsafe {
+        for t0 in (0..T).step_by(G) {
+            let ys = |i: usize| -> [*const u8; G] {
+                std::array::from_fn(|t| acts.add((t0 + t) * arow + i * LEGACY_ACT))
+            };
+            // [chain][token][half]
+            let mut acc = [[[_mm256_setzero_ps(); 2]; G]; 2];
+            for i in 0..nb {
+                legacy_block::<STEPS, false>(panel.add(i * OFFSET_BLOCK), ys(i), &mut acc[i % 2]);
+            }
+            let mut mins = [[[_mm256_setzero_ps(); 2]; G]; 2];
+            for i in 0..nb {
+                let ys = ys(i);
+                for h in 0..2 {
+                    let mw = _mm256_loadu_ps(panel.add(i * OFFSET_BLOCK + 576 + 32 * h).cast());
+                    for (min, y) in mins[i % 2].iter_mut().zip(ys) {
+                        min[h] = _mm256_fmadd_ps(mw, bcast_ps(y.add(36)), min[h]);
+                    }
+                }
+            }
+            for t in 0..G {
+                for h in 0..2 {
+                    let sum = _mm256_add_ps(acc[0][t][h], acc[1][t][h]);
+                    let min = _mm256_add_ps(mins[0][t][h], mins[1][t][h]);
+                    _mm256_storeu_ps(out.add(16 * (t0 + t) + 8 * h), _mm256_add_ps(sum, min));
                 }
             }
         }
@@ -366,6 +418,12 @@ kernel_fns! { panels avx2;
     // Q5_0 quants + 16 (0..31): four dwords per i16 sum, 4 · 2 · 31 · 128 < 2^15.
     "Q5_0", 32, LEGACY_BLOCK, LEGACY_ACT => panel8_q5_0, panel4_q5_0
         = |nb, panel, acts, arow, out| legacy_panel::<T, 4>(nb, panel, acts, arow, out);
+    // Q4_1 quants (0..15): as Q4_0's.
+    "Q4_1", 32, OFFSET_BLOCK, LEGACY_ACT => panel8_q4_1, panel4_q4_1
+        = |nb, panel, acts, arow, out| offset_panel::<T, 8>(nb, panel, acts, arow, out);
+    // Q5_1 quants (0..31): as Q5_0's.
+    "Q5_1", 32, OFFSET_BLOCK, LEGACY_ACT => panel8_q5_1, panel4_q5_1
+        = |nb, panel, acts, arow, out| offset_panel::<T, 4>(nb, panel, acts, arow, out);
     "Q4_K", 256, Q4_K_BLOCK, Q4_K_ACT => panel8_q4_k, panel4_q4_k
         = |nb, panel, acts, arow, out| q4_k_panel::<T>(nb, panel, acts, arow, out);
     "Q6_K", 256, Q6_K_BLOCK, Q6_K_ACT => panel8_q6_k, panel4_q6_k

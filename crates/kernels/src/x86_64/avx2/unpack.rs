@@ -79,8 +79,9 @@ unsafe fn unpack_q8_0_i16_block(rows: *const u8, rb: usize, i: usize, dst: *mut 
 }
 
 /// The quants of block `i` of sixteen legacy rows (`wsize` bytes per block)
-/// decoded unsigned by `quants` (the panel's `w + 2^shift`), transposed
-/// eight rows at a time.
+/// decoded unsigned by `quants` (the panel's `w + 2^shift`, or Q4_1's and
+/// Q5_1's quants as they are), transposed eight rows at a time, then the
+/// rows' `d`.
 #[inline(always)]
 unsafe fn unpack_legacy_block(
     rows: *const u8,
@@ -202,6 +203,12 @@ kernel_fns! { unpack avx2;
     Q5_0, 22, LEGACY_BLOCK => unpack_q5_0
         = |rows, rb, i, dst| unpack_legacy_block(rows, rb, 22, i, q5_0_unsigned, dst),
         meta: |_, _, _, _| {};
+    Q4_1, 20, OFFSET_BLOCK => unpack_q4_1
+        = |rows, rb, i, dst| unpack_legacy_block(rows, rb, 20, i, q4_1_unsigned, dst),
+        meta: |rows, rb, i, dst| rows_meta(rows, rb, i, dst, crate::panel::q4_1_meta);
+    Q5_1, 24, OFFSET_BLOCK => unpack_q5_1
+        = |rows, rb, i, dst| unpack_legacy_block(rows, rb, 24, i, q5_1_unsigned, dst),
+        meta: |rows, rb, i, dst| rows_meta(rows, rb, i, dst, crate::panel::q5_1_meta);
     Q4_K, 144, Q4_K_BLOCK => unpack_q4_k = |rows, rb, i, dst| unpack_q4_k_block(rows, rb, i, dst),
         meta: |rows, rb, i, dst| rows_meta(rows, rb, i, dst, crate::panel::q4_k_meta);
     Q6_K, 210, Q6_K_BLOCK => unpack_q6_k = |rows, rb, i, dst| unpack_q6_k_block(rows, rb, i, dst),
