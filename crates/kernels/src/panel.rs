@@ -43,6 +43,12 @@
 //!   (4864, 4928). Prepared activations (320 bytes): `d` as f32, the eight
 //!   32-value sums as i16 (4), and the 256 quants from the block's second
 //!   cache line (64), so that a tile row of 64 quants never straddles two.
+//! * Q2_K (5760 bytes per 256 values): per 16-value sub-block `s`, 4 × 64
+//!   bytes of quants (0..3); then per sub-block the rows' scales as i32
+//!   (`4096 + 64s`); then per pair `p` of sub-blocks the rows' mins as i16
+//!   pairs (`5120 + 64p`); then `d` and `dmin` as f32 (5632, 5696).
+//!   Prepared activations (320 bytes): Q4_K's, with the sixteen 16-value
+//!   sums as i16 (4).
 //! * Q6_K (5248 bytes per 256 values): per 16-value sub-block `s`, 4 × 64
 //!   bytes of signed quants `q − 32`; then per sub-block the rows' scales as
 //!   i32 (`4096 + 64s`); then each row's `Σ_s scale_s · (−128 · Σ(q − 32))`
@@ -147,6 +153,9 @@ pub(crate) const Q4_K_ACT: usize = 320;
 /// Where a prepared Q4_K block's 32-value sums and its quants start.
 pub(crate) const Q4_K_ACT_SUMS: usize = 4;
 pub(crate) const Q4_K_ACT_QUANTS: usize = 64;
+/// Bytes per super-block of the Q2_K panel; its prepared activations take
+/// [`Q4_K_ACT`] bytes, with sixteen sums.
+pub(crate) const Q2_K_BLOCK: usize = 5760;
 /// Bytes per super-block of the Q6_K panel and of its prepared activations.
 pub(crate) const Q6_K_BLOCK: usize = 5248;
 pub(crate) const Q6_K_ACT: usize = 320;
@@ -393,6 +402,72 @@ pub(crate) fn q4_k_meta(r: usize, b: &[u8; 144], dst: &mut [u8; Q4_K_BLOCK]) {
     }
     put(dst, 4864 + 4 * r, f16_at(b, 0).to_le_bytes());
     put(dst, 4928 + 4 * r, f16_at(b, 2).to_le_bytes());
+}
+
+/// Row `r`'s sub-block scales (i32), mins (i16 pairs), `d` and `dmin` (f32)
+/// of Q2_K block `b` into panel block `dst`.
+pub(crate) fn q2_k_meta(r: usize, b: &[u8; 84], dst: &mut [u8; Q2_K_BLOCK]) {
+    for (s, &sm) in b[..16].iter().enumerate() {
+        put(
+            dst,
+            4096 + 64 * s + 4 * r,
+            u32::from(sm & 0x0F).to_le_bytes(),
+        );
+    }
+    for p in 0..8 {
+        let pair = u32::from(b[2 * p] >> 4) | u32::from(b[2 * p + 1] >> 4) << 16;
+        put(dst, 5120 + 64 * p + 4 * r, pair.to_le_bytes());
+    }
+    put(dst, 5632 + 4 * r, f16_at(b, 80).to_le_bytes());
+    put(dst, 5696 + 4 * r, f16_at(b, 82).to_le_bytes());
+}
+
+/// Dword `j` of sub-block `s` (values `16s + 4j..16s + 4j + 4`) of a Q2_K
+/// block: value `128h + 32k + l` is bits `2k..2k+2` of quant byte `32h + l`.
+#[inline(always)]
+fn q2_k_dword(b: &[u8; 84], s: usize, j: usize) -> u32 {
+    let (h, k, l) = (s / 8, s % 8 / 2, 16 * (s % 2) + 4 * j);
+    (u32_at(b, 16 + 32 * h + l) >> (2 * k)) & 0x0303_0303
+}
+
+pub(crate) fn unpack_q2_k(cols: usize, rows: &[u8], out: &mut [u8]) {
+    let (nb, given) = panel_shape(GgmlType::Q2_K, cols, rows, out, Q2_K_BLOCK);
+    if given < PANEL_ROWS {
+        out.fill(0);
+    }
+    for r in 0..given {
+        let row = &rows[r * nb * 84..(r + 1) * nb * 84];
+        for (b, dst) in row.chunks_exact(84).zip(out.chunks_exact_mut(Q2_K_BLOCK)) {
+            let b: &[u8; 84] = b.try_into().unwrap();
+            let dst: &mut [u8; Q2_K_BLOCK] = dst.try_into().unwrap();
+            for s in 0..16 {
+                for j in 0..4 {
+                    put(
+                        dst,
+                        256 * s + 64 * j + 4 * r,
+                        q2_k_dword(b, s, j).to_le_bytes(),
+                    );
+                }
+            }
+            q2_k_meta(r, b, dst);
+        }
+    }
+}
+
+/// Q8_K activations for the Q2_K panel: `d` as f32, the sixteen 16-value
+/// sums as i16 from [`Q4_K_ACT_SUMS`], the quants from [`Q4_K_ACT_QUANTS`].
+pub(crate) fn prepare_q2_k(cols: usize, act: &[u8], out: &mut [u8]) {
+    let nb = row_blocks(GgmlType::Q8_K, cols, act);
+    assert_eq!(out.len(), nb * Q4_K_ACT, "prepared Q8_K row size");
+    for (b, dst) in act
+        .chunks_exact(Q8_K_BYTES)
+        .zip(out.chunks_exact_mut(Q4_K_ACT))
+    {
+        dst[..4].copy_from_slice(&b[..4]);
+        dst[Q4_K_ACT_SUMS..Q4_K_ACT_SUMS + 32].copy_from_slice(&b[260..292]);
+        dst[Q4_K_ACT_SUMS + 32..Q4_K_ACT_QUANTS].fill(0);
+        dst[Q4_K_ACT_QUANTS..].copy_from_slice(&b[4..260]);
+    }
 }
 
 /// The reference Q4_K unpacker (the AVX-512 one transposes whole panels

@@ -27,7 +27,7 @@ mod avx2 {
 mod avx512_native {
     use super::*;
     crate::isa_proptests!(Isa::Avx512Vnni;
-        f32 => F32, bf16 => BF16, q4_0 => Q4_0, q4_1 => Q4_1, q5_0 => Q5_0, q5_1 => Q5_1, q8_0 => Q8_0, q3_k => Q3_K, q4_k => Q4_K,
+        f32 => F32, bf16 => BF16, q4_0 => Q4_0, q4_1 => Q4_1, q5_0 => Q5_0, q5_1 => Q5_1, q8_0 => Q8_0, q2_k => Q2_K, q3_k => Q3_K, q4_k => Q4_K,
         q5_k => Q5_K, q6_k => Q6_K,
     );
 }
@@ -38,7 +38,7 @@ mod avx512_native {
 mod amx_native {
     use super::*;
     crate::isa_proptests!(Isa::Amx;
-        f32 => F32, bf16 => BF16, q4_0 => Q4_0, q4_1 => Q4_1, q5_0 => Q5_0, q5_1 => Q5_1, q8_0 => Q8_0, q3_k => Q3_K, q4_k => Q4_K,
+        f32 => F32, bf16 => BF16, q4_0 => Q4_0, q4_1 => Q4_1, q5_0 => Q5_0, q5_1 => Q5_1, q8_0 => Q8_0, q2_k => Q2_K, q3_k => Q3_K, q4_k => Q4_K,
         q5_k => Q5_K, q6_k => Q6_K,
     );
 
@@ -153,13 +153,13 @@ mod miri_avx512 {
     fn q5_0() {
         run(GgmlType::Q5_0);
     }
-    /// Q4_1 and Q5_1 keep AVX2's row kernels and add VNNI panels.
+    /// Q4_1, Q5_1 and Q2_K keep AVX2's row kernels and add VNNI panels.
     #[test]
-    fn offset_panels() {
+    fn panels_without_tiles() {
         if !runs_here(Isa::Avx512Vnni) {
             return;
         }
-        for ty in [GgmlType::Q4_1, GgmlType::Q5_1] {
+        for ty in [GgmlType::Q4_1, GgmlType::Q5_1, GgmlType::Q2_K] {
             let k = entry(Isa::Avx512Vnni, ty);
             assert!(
                 k.panel.is_some(),

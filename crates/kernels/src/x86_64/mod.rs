@@ -14,6 +14,9 @@
 //! replace their BF16 entry with `vdpbf16ps` kernels, which have bits of
 //! their own (not AVX2's widened chain).
 //!
+//! Q4_1, Q5_1 and Q2_K, which have no tiles, add panels to AVX2's row
+//! kernels (Q2_K on AVX-512 only).
+//!
 //! Each entry is a named constant built with struct-update syntax from the
 //! scalar entry (or, for AVX-512, the AVX2 entry): every field an ISA
 //! replaces is named where it is set.
@@ -239,8 +242,8 @@ const AVX2_Q8_0: TypeKernels = TypeKernels {
     ..scalar(T::Q8_0)
 };
 
-/// Q2_K: row and 1×4 kernels; no panel type holds its blocks (sixteen-value
-/// sub-blocks with mins), so its batches take the 1×4 kernel.
+/// Q2_K: row and 1×4 kernels; AVX2 has no panel for its blocks (sixteen-value
+/// sub-blocks with mins), so its batches take the 1×4 kernel (AVX-512 has one).
 const AVX2_Q2_K: TypeKernels = TypeKernels {
     isa: Isa::Avx2,
     simd: ALL_SIMD,
@@ -412,6 +415,26 @@ const AVX512_Q5_1: TypeKernels = TypeKernels {
     ..AVX2_Q5_1
 };
 
+/// Q2_K keeps AVX2's row and 1×4 kernels and adds panels with their bits,
+/// from as few tokens as Q4_1's (it has no tiles to pass).
+const AVX512_Q2_K: TypeKernels = TypeKernels {
+    isa: Isa::Avx512Vnni,
+    panel: Some(PanelFns {
+        unpack: avx512::unpack_q2_k,
+        prepare: panel::prepare_q2_k,
+        quantize_prepared: None,
+        wide: avx512::panel8_q2_k,
+        narrow: avx512::panel4_q2_k,
+        pair: None,
+        many: None,
+        block_bytes: panel::Q2_K_BLOCK,
+        act_block_bytes: panel::Q4_K_ACT,
+        block_values: 256,
+        min_tokens: AVX512_OFFSET_PANEL_MIN_TOKENS,
+    }),
+    ..AVX2_Q2_K
+};
+
 const AVX512_Q5_0: TypeKernels = TypeKernels {
     isa: Isa::Avx512Vnni,
     vec_dot_rows8: Some(avx512::vec_dot_rows8_q5_0),
@@ -581,14 +604,6 @@ const AVX512_Q5_K: TypeKernels = TypeKernels {
     ..AVX2_Q5_K
 };
 
-/// An AVX2 entry's kernels, tagged as the AVX-512 table's.
-const fn on_avx512(k: TypeKernels) -> TypeKernels {
-    TypeKernels {
-        isa: Isa::Avx512Vnni,
-        ..k
-    }
-}
-
 /// F32 keeps AVX2's kernels and adds the 512-bit tile, with their bits.
 const AVX512_F32: TypeKernels = TypeKernels {
     isa: Isa::Avx512Vnni,
@@ -661,7 +676,7 @@ const AVX512_ENTRIES: [TypeKernels; 13] = [
     AVX512_Q5_0,
     AVX512_Q5_1,
     AVX512_Q8_0,
-    on_avx512(AVX2_Q2_K),
+    AVX512_Q2_K,
     AVX512_Q3_K,
     AVX512_Q4_K,
     AVX512_Q5_K,
@@ -723,7 +738,7 @@ const AMX_ENTRIES: [TypeKernels; 13] = [
     on_amx(AVX512_Q5_0),
     on_amx(AVX512_Q5_1),
     on_amx(AVX512_Q8_0),
-    on_amx(on_avx512(AVX2_Q2_K)),
+    on_amx(AVX512_Q2_K),
     on_amx(AVX512_Q3_K),
     AMX_Q4_K,
     on_amx(AVX512_Q5_K),

@@ -203,6 +203,9 @@ kernel_fns! { panels avx512;
     "stored Q5_0", 32, crate::panel::STORED_Q5_0_BLOCK, crate::panel::LEGACY_ACT
         => panel8_stored_q5_0, panel4_stored_q5_0
         = |nb, panel, acts, arow, out| legacy_panel::<T, STORED_Q5_0>(nb, panel, acts, arow, out, crate::prefetch::batch_ahead());
+    "Q2_K", 256, crate::panel::Q2_K_BLOCK, crate::panel::Q4_K_ACT
+        => panel8_q2_k, panel4_q2_k
+        = |nb, panel, acts, arow, out| q2_k_panel::<T>(nb, panel, acts, arow, out);
     "Q4_K", 256, crate::panel::Q4_K_BLOCK, crate::panel::Q4_K_ACT
         => panel8_q4_k, panel4_q4_k
         = |nb, panel, acts, arow, out| q4_k_panel::<T, false>(nb, panel, acts, arow, out);

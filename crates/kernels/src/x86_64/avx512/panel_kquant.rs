@@ -195,6 +195,90 @@ pub(crate) unsafe fn q4_k_min_sums<const T: usize, const STORED: bool>(
     }
 }
 
+/// A Q2_K panel against `T` prepared rows: [`q4_k_panel`]'s steps over
+/// sixteen 16-value sub-blocks (each sum one chain of four `vpdpbusd`,
+/// multiplied by its scale), then `acc = fma(d_w·d_a, Σ, acc)`; the mins'
+/// chain over the sixteen 16-value sums runs in a second pass; the result
+/// is `acc − accm`, the row kernel's two chains.
+#[inline(always)]
+pub(super) unsafe fn q2_k_panel<const T: usize>(
+    nb: usize,
+    panel: *const u8,
+    acts: *const u8,
+    arow: usize,
+    out: *mut f32,
+) {
+    // SAFETY: as for [`q4_k_panel`], with Q2_K panel blocks.
+    unsafe {
+        use crate::panel::Q2_K_BLOCK;
+        let mut acc = [_mm512_setzero_ps(); T];
+        for i in 0..nb {
+            let p = panel.add(i * Q2_K_BLOCK);
+            let ys = q4_k_rows::<T>(acts, arow, i);
+            let mut s = [_mm512_setzero_si512(); T];
+            for sb in 0..16 {
+                let mut w = [_mm512_setzero_si512(); 4];
+                for (k, w) in w.iter_mut().enumerate() {
+                    *w = load512(p.add(256 * sb + 64 * k));
+                }
+                let sc = load512(p.add(4096 + 64 * sb));
+                for (s, y) in s.iter_mut().zip(ys) {
+                    let y = y.add(Q4_K_ACT_QUANTS + 16 * sb);
+                    let a0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], bcast(y));
+                    let a1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], bcast(y.add(4)));
+                    let a0 = _mm512_dpbusd_epi32(a0, w[2], bcast(y.add(8)));
+                    let a1 = _mm512_dpbusd_epi32(a1, w[3], bcast(y.add(12)));
+                    *s = _mm512_add_epi32(*s, _mm512_mullo_epi32(_mm512_add_epi32(a0, a1), sc));
+                }
+            }
+            let dw = _mm512_loadu_ps(p.add(5632).cast());
+            for ((acc, s), y) in acc.iter_mut().zip(s).zip(ys) {
+                let d = _mm512_mul_ps(dw, _mm512_set1_ps(f32_at(y)));
+                *acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), *acc);
+            }
+        }
+        let accm = q2_k_min_sums::<T>(nb, panel, acts, arow);
+        for t in 0..T {
+            _mm512_storeu_ps(out.add(16 * t), _mm512_sub_ps(acc[t], accm[t]));
+        }
+    }
+}
+
+/// The mins' chain of a Q2_K panel against `T` prepared rows: per
+/// super-block `accm = fma(dmin_w·d_a, Σ_s min_s · Σa_s, accm)` over the
+/// sixteen 16-value sums.
+#[inline(always)]
+unsafe fn q2_k_min_sums<const T: usize>(
+    nb: usize,
+    panel: *const u8,
+    acts: *const u8,
+    arow: usize,
+) -> [__m512; T] {
+    // SAFETY: as for [`q2_k_panel`].
+    unsafe {
+        use crate::panel::Q2_K_BLOCK;
+        let mut accm = [_mm512_setzero_ps(); T];
+        for i in 0..nb {
+            let p = panel.add(i * Q2_K_BLOCK);
+            let ys = q4_k_rows::<T>(acts, arow, i);
+            let mut mins = [_mm512_setzero_si512(); 8];
+            for (q, mins) in mins.iter_mut().enumerate() {
+                *mins = load512(p.add(5120 + 64 * q));
+            }
+            let dmw = _mm512_loadu_ps(p.add(5696).cast());
+            for (accm, y) in accm.iter_mut().zip(ys) {
+                let mut m = _mm512_madd_epi16(mins[0], bcast(y.add(Q4_K_ACT_SUMS)));
+                for (q, &mins) in mins.iter().enumerate().skip(1) {
+                    m = scale_add(m, mins, bcast(y.add(Q4_K_ACT_SUMS + 4 * q)));
+                }
+                let dm = _mm512_mul_ps(dmw, _mm512_set1_ps(f32_at(y)));
+                *accm = _mm512_fmadd_ps(dm, _mm512_cvtepi32_ps(m), *accm);
+            }
+        }
+        accm
+    }
+}
+
 /// A Q4_K panel pair (`panels`: two panels, or stored panels, of `nb`
 /// super-blocks back to back) against `T` prepared rows: [`q4_k_panel`]'s
 /// sums for both, each broadcast of four activation bytes feeding both

@@ -69,6 +69,49 @@ unsafe fn unpack_q4_k_block(rows: *const u8, rb: usize, i: usize, dst: *mut u8) 
     }
 }
 
+/// `v` with each 16-bit lane shifted right by `2k` bits (`k` < 4).
+#[inline(always)]
+unsafe fn shift_pairs(v: __m512i, k: usize) -> __m512i {
+    // SAFETY: AVX-512BW is enabled in every caller.
+    unsafe {
+        match k {
+            0 => v,
+            1 => _mm512_srli_epi16::<2>(v),
+            2 => _mm512_srli_epi16::<4>(v),
+            _ => _mm512_srli_epi16::<6>(v),
+        }
+    }
+}
+
+/// The quants of block `i` of sixteen Q2_K rows into panel block `dst`:
+/// each row's 64 quant bytes as four vectors of two-bit fields (field `k`
+/// of byte `32h + l` is value `128h + 32k + l`), each transposed sixteen
+/// rows at a time.
+#[inline(always)]
+unsafe fn unpack_q2_k_block(rows: *const u8, rb: usize, i: usize, dst: *mut u8) {
+    // SAFETY: sixteen rows of at least `i + 1` blocks and a whole panel
+    // block at `dst` (the wrapper's checks); AVX-512 F/BW is enabled in the callers.
+    unsafe {
+        let m2 = _mm512_set1_epi8(3);
+        let mut q = [_mm512_setzero_si512(); 16];
+        for (r, q) in q.iter_mut().enumerate() {
+            *q = load512(rows.add(r * rb + i * 84 + 16));
+        }
+        for k in 0..4 {
+            let mut v = [_mm512_setzero_si512(); 16];
+            for (v, &q) in v.iter_mut().zip(&q) {
+                *v = _mm512_and_si512(shift_pairs(q, k), m2);
+            }
+            // Dword d: values 128(d / 8) + 32k + 4(d % 8).., sub-block
+            // 8(d / 8) + 2k + (d % 8) / 4, its dword d % 4.
+            for (d, o) in transpose16(v).into_iter().enumerate() {
+                let s = 8 * (d / 8) + 2 * k + d % 8 / 4;
+                store512(dst.add(256 * s + 64 * (d % 4)), o);
+            }
+        }
+    }
+}
+
 /// The quants of block `i` of sixteen Q6_K rows as `q − 32` into panel
 /// block `dst`, and the rows' `Σ_s scale_s · (−128 · Σ(q − 32))` from the
 /// scales already there (decoded as the AVX-512 row kernel does, then
@@ -124,6 +167,8 @@ unsafe fn unpack_q6_k_block(rows: *const u8, rb: usize, i: usize, dst: *mut u8) 
 }
 
 kernel_fns! { unpack avx512;
+    Q2_K, 84, Q2_K_BLOCK => unpack_q2_k = |rows, rb, i, dst| unpack_q2_k_block(rows, rb, i, dst),
+        meta: |rows, rb, i, dst| rows_meta(rows, rb, i, dst, crate::panel::q2_k_meta);
     Q4_K, 144, Q4_K_BLOCK => unpack_q4_k = |rows, rb, i, dst| unpack_q4_k_block(rows, rb, i, dst),
         meta: |rows, rb, i, dst| rows_meta(rows, rb, i, dst, crate::panel::q4_k_meta);
     Q6_K, 210, Q6_K_BLOCK => unpack_q6_k = |rows, rb, i, dst| unpack_q6_k_block(rows, rb, i, dst),
