@@ -206,13 +206,14 @@ macro_rules! kernel_fns {
         }
     )*};
 
-    // Sixteen legacy weight rows into their panel in one call (the body
-    // pairs blocks), then each block's sixteen f16 scales as f32.
+    // Sixteen rows of a 32-value type into their panel in one call (the body
+    // pairs blocks), then each block's scales by `meta` (row, ggml block,
+    // panel block): the legacy panel's `d`, or Q4_1's and Q5_1's `d` and `m`.
     (unpack_legacy $isa:ident;
-     $($ty:ident, $size:literal => $f:ident
-       = |$rows:ident, $rb:ident, $nb:ident, $out:ident| $call:expr;)*) => {$(
+     $($ty:ident, $size:literal, $block:ident => $f:ident
+       = |$rows:ident, $rb:ident, $nb:ident, $out:ident| $call:expr, meta: $meta:expr;)*) => {$(
         pub(crate) fn $f(cols: usize, rows: &[u8], out: &mut [u8]) {
-            use crate::panel::{LEGACY_BLOCK, PANEL_ROWS};
+            use crate::panel::{$block, PANEL_ROWS};
             target_fns! { $isa:
                 unsafe fn entry($rows: *const u8, $rb: usize, $nb: usize, $out: *mut u8) {
                     // SAFETY: forwarded from the wrapper's checks.
@@ -220,7 +221,7 @@ macro_rules! kernel_fns {
                 }
             }
             let (nb, given) =
-                crate::panel::panel_shape(crate::GgmlType::$ty, cols, rows, out, LEGACY_BLOCK);
+                crate::panel::panel_shape(crate::GgmlType::$ty, cols, rows, out, $block);
             if given < PANEL_ROWS {
                 return crate::panel::$f(cols, rows, out);
             }
@@ -229,41 +230,10 @@ macro_rules! kernel_fns {
             // (checked above); reachable only through a table handed out after the
             // ISA's features were detected.
             unsafe { entry(rows.as_ptr(), rb, nb, out.as_mut_ptr()) };
-            for (i, dst) in out.chunks_exact_mut(LEGACY_BLOCK).enumerate() {
+            let meta: fn(usize, &[u8], &mut [u8]) = $meta;
+            for (i, dst) in out.chunks_exact_mut($block).enumerate() {
                 for r in 0..PANEL_ROWS {
-                    let b = &rows[r * rb + i * $size..][..2];
-                    let d = crate::scalar::f16f(half::f16::from_le_bytes([b[0], b[1]]));
-                    dst[512 + 4 * r..516 + 4 * r].copy_from_slice(&d.to_le_bytes());
-                }
-            }
-        }
-    )*};
-
-    // The same for Q4_1 and Q5_1, whose panel blocks also hold `m`.
-    (unpack_offset $isa:ident;
-     $($ty:ident, $size:literal => $f:ident
-       = |$rows:ident, $rb:ident, $nb:ident, $out:ident| $call:expr;)*) => {$(
-        pub(crate) fn $f(cols: usize, rows: &[u8], out: &mut [u8]) {
-            use crate::panel::{OFFSET_BLOCK, PANEL_ROWS};
-            target_fns! { $isa:
-                unsafe fn entry($rows: *const u8, $rb: usize, $nb: usize, $out: *mut u8) {
-                    // SAFETY: forwarded from the wrapper's checks.
-                    unsafe { $call }
-                }
-            }
-            let (nb, given) =
-                crate::panel::panel_shape(crate::GgmlType::$ty, cols, rows, out, OFFSET_BLOCK);
-            if given < PANEL_ROWS {
-                return crate::panel::$f(cols, rows, out);
-            }
-            let rb = nb * $size;
-            // SAFETY: sixteen whole rows of `nb` blocks and `nb` panel blocks
-            // (checked above); reachable only through a table handed out after the
-            // ISA's features were detected.
-            unsafe { entry(rows.as_ptr(), rb, nb, out.as_mut_ptr()) };
-            for (i, dst) in out.chunks_exact_mut(OFFSET_BLOCK).enumerate() {
-                for r in 0..PANEL_ROWS {
-                    crate::panel::offset_meta(r, &rows[r * rb + i * $size..][..4], dst);
+                    meta(r, &rows[r * rb + i * $size..][..$size], dst);
                 }
             }
         }

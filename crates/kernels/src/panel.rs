@@ -205,96 +205,100 @@ pub(crate) fn panel_shape(
 fn q8_0_dwords(b: &[u8; 34]) -> [u32; 8] {
     std::array::from_fn(|k| u32_at(b, 2 + 4 * k) ^ 0x8080_8080)
 }
+/// The four-bit quants whose nibbles start at byte `at` of block `b`.
+#[inline(always)]
+fn q4_dwords(b: &[u8], at: usize) -> [u32; 8] {
+    std::array::from_fn(|k| (u32_at(b, at + 4 * (k % 4)) >> (4 * (k / 4))) & 0x0F0F_0F0F)
+}
+/// The five-bit quants whose high bits start at byte `qh` of block `b`
+/// and whose nibbles follow them.
+#[inline(always)]
+fn q5_dwords(b: &[u8], qh: usize) -> [u32; 8] {
+    let high_bits = u32_at(b, qh);
+    let low = q4_dwords(b, qh + 4);
+    std::array::from_fn(|k| {
+        let high = (high_bits >> (4 * k)) & 0xF;
+        // Bit e of `high` → bit 4 of byte e.
+        let spread = (high & 1) | (high & 2) << 7 | (high & 4) << 14 | (high & 8) << 21;
+        low[k] | spread << 4
+    })
+}
 #[inline(always)]
 fn q4_0_dwords(b: &[u8; 18]) -> [u32; 8] {
-    std::array::from_fn(|k| (u32_at(b, 2 + 4 * (k % 4)) >> (4 * (k / 4))) & 0x0F0F_0F0F)
+    q4_dwords(b, 2)
 }
 #[inline(always)]
 fn q5_0_dwords(b: &[u8; 22]) -> [u32; 8] {
-    let qh = u32_at(b, 2);
-    std::array::from_fn(|k| {
-        let high = (qh >> (4 * k)) & 0xF;
-        // Bit e of `high` → bit 4 of byte e.
-        let spread = (high & 1) | (high & 2) << 7 | (high & 4) << 14 | (high & 8) << 21;
-        ((u32_at(b, 6 + 4 * (k % 4)) >> (4 * (k / 4))) & 0x0F0F_0F0F) | spread << 4
-    })
+    q5_dwords(b, 2)
 }
-
-#[inline(always)]
-fn unpack_legacy<const TS: usize>(
-    ty: GgmlType,
-    cols: usize,
-    rows: &[u8],
-    out: &mut [u8],
-    dwords: impl Fn(&[u8; TS]) -> [u32; 8],
-) {
-    let (nb, given) = panel_shape(ty, cols, rows, out, LEGACY_BLOCK);
-    if given < PANEL_ROWS {
-        out.fill(0);
-    }
-    for r in 0..given {
-        let row = &rows[r * nb * TS..(r + 1) * nb * TS];
-        for (b, dst) in row.chunks_exact(TS).zip(out.chunks_exact_mut(LEGACY_BLOCK)) {
-            let b: &[u8; TS] = b.try_into().unwrap();
-            let dst: &mut [u8; LEGACY_BLOCK] = dst.try_into().unwrap();
-            for (k, q) in dwords(b).into_iter().enumerate() {
-                put(dst, 64 * k + 4 * r, q.to_le_bytes());
-            }
-            put(dst, 512 + 4 * r, f16_at(b, 0).to_le_bytes());
-        }
-    }
-}
-
-pub(crate) fn unpack_q8_0(cols: usize, rows: &[u8], out: &mut [u8]) {
-    unpack_legacy(GgmlType::Q8_0, cols, rows, out, q8_0_dwords);
-}
-pub(crate) fn unpack_q4_0(cols: usize, rows: &[u8], out: &mut [u8]) {
-    unpack_legacy(GgmlType::Q4_0, cols, rows, out, q4_0_dwords);
-}
-pub(crate) fn unpack_q5_0(cols: usize, rows: &[u8], out: &mut [u8]) {
-    unpack_legacy(GgmlType::Q5_0, cols, rows, out, q5_0_dwords);
-}
-
 #[inline(always)]
 fn q4_1_dwords(b: &[u8; 20]) -> [u32; 8] {
-    std::array::from_fn(|k| (u32_at(b, 4 + 4 * (k % 4)) >> (4 * (k / 4))) & 0x0F0F_0F0F)
+    q4_dwords(b, 4)
 }
 #[inline(always)]
 fn q5_1_dwords(b: &[u8; 24]) -> [u32; 8] {
-    let qh = u32_at(b, 4);
-    std::array::from_fn(|k| {
-        let high = (qh >> (4 * k)) & 0xF;
-        // Bit e of `high` → bit 4 of byte e.
-        let spread = (high & 1) | (high & 2) << 7 | (high & 4) << 14 | (high & 8) << 21;
-        ((u32_at(b, 8 + 4 * (k % 4)) >> (4 * (k / 4))) & 0x0F0F_0F0F) | spread << 4
-    })
+    q5_dwords(b, 4)
 }
 
-/// Q4_1 and Q5_1 rows (`d`, `m`, unsigned quants) into their panel: the
-/// quant dwords as the legacy panel holds them, then the rows' `d` and
-/// their `m` as f32.
+/// Calls `f(r, block, panel block)` for every `TS`-byte block of every
+/// row given, in a panel of `BLOCK`-byte blocks that starts zeroed where
+/// fewer than sixteen rows are given.
 #[inline(always)]
-fn unpack_offset<const TS: usize>(
+fn for_each_block<const TS: usize, const BLOCK: usize>(
     ty: GgmlType,
     cols: usize,
     rows: &[u8],
     out: &mut [u8],
-    dwords: impl Fn(&[u8; TS]) -> [u32; 8],
+    mut f: impl FnMut(usize, &[u8; TS], &mut [u8; BLOCK]),
 ) {
-    let (nb, given) = panel_shape(ty, cols, rows, out, OFFSET_BLOCK);
+    let (nb, given) = panel_shape(ty, cols, rows, out, BLOCK);
     if given < PANEL_ROWS {
         out.fill(0);
     }
     for r in 0..given {
         let row = &rows[r * nb * TS..(r + 1) * nb * TS];
-        for (b, dst) in row.chunks_exact(TS).zip(out.chunks_exact_mut(OFFSET_BLOCK)) {
-            let b: &[u8; TS] = b.try_into().unwrap();
-            for (k, q) in dwords(b).into_iter().enumerate() {
-                put(dst, 64 * k + 4 * r, q.to_le_bytes());
-            }
-            offset_meta(r, b, dst);
+        for (b, dst) in row.chunks_exact(TS).zip(out.chunks_exact_mut(BLOCK)) {
+            f(r, b.try_into().unwrap(), dst.try_into().unwrap());
         }
     }
+}
+
+/// Rows of a 32-value type into its panel of `BLOCK`-byte blocks: each
+/// block's quant dwords (`dwords`), then its scales by `meta`.
+#[inline(always)]
+fn unpack_dwords<const TS: usize, const BLOCK: usize>(
+    ty: GgmlType,
+    cols: usize,
+    rows: &[u8],
+    out: &mut [u8],
+    dwords: impl Fn(&[u8; TS]) -> [u32; 8],
+    meta: fn(usize, &[u8], &mut [u8]),
+) {
+    for_each_block::<TS, BLOCK>(ty, cols, rows, out, |r, b, dst| {
+        for (k, q) in dwords(b).into_iter().enumerate() {
+            put(dst, 64 * k + 4 * r, q.to_le_bytes());
+        }
+        meta(r, b, dst);
+    });
+}
+
+/// Row `r`'s `d` of a legacy block `b` into panel block `dst`.
+#[inline(always)]
+pub(crate) fn legacy_meta(r: usize, b: &[u8], dst: &mut [u8]) {
+    put(dst, 512 + 4 * r, f16_at(b, 0).to_le_bytes());
+}
+
+pub(crate) fn unpack_q8_0(cols: usize, rows: &[u8], out: &mut [u8]) {
+    let ty = GgmlType::Q8_0;
+    unpack_dwords::<34, LEGACY_BLOCK>(ty, cols, rows, out, q8_0_dwords, legacy_meta);
+}
+pub(crate) fn unpack_q4_0(cols: usize, rows: &[u8], out: &mut [u8]) {
+    let ty = GgmlType::Q4_0;
+    unpack_dwords::<18, LEGACY_BLOCK>(ty, cols, rows, out, q4_0_dwords, legacy_meta);
+}
+pub(crate) fn unpack_q5_0(cols: usize, rows: &[u8], out: &mut [u8]) {
+    let ty = GgmlType::Q5_0;
+    unpack_dwords::<22, LEGACY_BLOCK>(ty, cols, rows, out, q5_0_dwords, legacy_meta);
 }
 
 /// Row `r`'s `d` and `m` of a Q4_1 or Q5_1 block `b` into panel block `dst`.
@@ -313,11 +317,16 @@ pub(crate) fn q5_1_meta(r: usize, b: &[u8; 24], dst: &mut [u8; OFFSET_BLOCK]) {
     offset_meta(r, b, dst);
 }
 
+/// Q4_1 and Q5_1 rows (`d`, `m`, unsigned quants) into their panel: the
+/// quant dwords as the legacy panel holds them, then the rows' `d` and
+/// their `m` as f32.
 pub(crate) fn unpack_q4_1(cols: usize, rows: &[u8], out: &mut [u8]) {
-    unpack_offset(GgmlType::Q4_1, cols, rows, out, q4_1_dwords);
+    let ty = GgmlType::Q4_1;
+    unpack_dwords::<20, OFFSET_BLOCK>(ty, cols, rows, out, q4_1_dwords, offset_meta);
 }
 pub(crate) fn unpack_q5_1(cols: usize, rows: &[u8], out: &mut [u8]) {
-    unpack_offset(GgmlType::Q5_1, cols, rows, out, q5_1_dwords);
+    let ty = GgmlType::Q5_1;
+    unpack_dwords::<24, OFFSET_BLOCK>(ty, cols, rows, out, q5_1_dwords, offset_meta);
 }
 
 /// Q8_1 activations for the Q4_1 and Q5_1 panels: the quants, `d` and
@@ -431,32 +440,29 @@ fn q2_k_dword(b: &[u8; 84], s: usize, j: usize) -> u32 {
 }
 
 pub(crate) fn unpack_q2_k(cols: usize, rows: &[u8], out: &mut [u8]) {
-    let (nb, given) = panel_shape(GgmlType::Q2_K, cols, rows, out, Q2_K_BLOCK);
-    if given < PANEL_ROWS {
-        out.fill(0);
-    }
-    for r in 0..given {
-        let row = &rows[r * nb * 84..(r + 1) * nb * 84];
-        for (b, dst) in row.chunks_exact(84).zip(out.chunks_exact_mut(Q2_K_BLOCK)) {
-            let b: &[u8; 84] = b.try_into().unwrap();
-            let dst: &mut [u8; Q2_K_BLOCK] = dst.try_into().unwrap();
-            for s in 0..16 {
-                for j in 0..4 {
-                    put(
-                        dst,
-                        256 * s + 64 * j + 4 * r,
-                        q2_k_dword(b, s, j).to_le_bytes(),
-                    );
-                }
+    for_each_block::<84, Q2_K_BLOCK>(GgmlType::Q2_K, cols, rows, out, |r, b, dst| {
+        for s in 0..16 {
+            for j in 0..4 {
+                let q = q2_k_dword(b, s, j);
+                put(dst, 256 * s + 64 * j + 4 * r, q.to_le_bytes());
             }
-            q2_k_meta(r, b, dst);
         }
-    }
+        q2_k_meta(r, b, dst);
+    });
 }
 
 /// Q8_K activations for the Q2_K panel: `d` as f32, the sixteen 16-value
 /// sums as i16 from [`Q4_K_ACT_SUMS`], the quants from [`Q4_K_ACT_QUANTS`].
 pub(crate) fn prepare_q2_k(cols: usize, act: &[u8], out: &mut [u8]) {
+    prepare_q8_k(cols, act, out, |b, sums| {
+        sums[..32].copy_from_slice(&b[260..292])
+    });
+}
+
+/// A Q8_K row prepared for a K-quant panel ([`Q4_K_ACT`] bytes a block):
+/// `d` as f32, the sums that `sums` writes from [`Q4_K_ACT_SUMS`] (zeros
+/// up to the quants), the quants from [`Q4_K_ACT_QUANTS`].
+fn prepare_q8_k(cols: usize, act: &[u8], out: &mut [u8], sums: impl Fn(&[u8], &mut [u8])) {
     let nb = row_blocks(GgmlType::Q8_K, cols, act);
     assert_eq!(out.len(), nb * Q4_K_ACT, "prepared Q8_K row size");
     for (b, dst) in act
@@ -464,54 +470,38 @@ pub(crate) fn prepare_q2_k(cols: usize, act: &[u8], out: &mut [u8]) {
         .zip(out.chunks_exact_mut(Q4_K_ACT))
     {
         dst[..4].copy_from_slice(&b[..4]);
-        dst[Q4_K_ACT_SUMS..Q4_K_ACT_SUMS + 32].copy_from_slice(&b[260..292]);
-        dst[Q4_K_ACT_SUMS + 32..Q4_K_ACT_QUANTS].fill(0);
         dst[Q4_K_ACT_QUANTS..].copy_from_slice(&b[4..260]);
+        let at = &mut dst[Q4_K_ACT_SUMS..Q4_K_ACT_QUANTS];
+        at.fill(0);
+        sums(b, at);
     }
 }
 
 /// The reference Q4_K unpacker (the AVX-512 one transposes whole panels
 /// with vector shuffles and must produce the same bytes).
 pub(crate) fn unpack_q4_k(cols: usize, rows: &[u8], out: &mut [u8]) {
-    let (nb, given) = panel_shape(GgmlType::Q4_K, cols, rows, out, Q4_K_BLOCK);
-    if given < PANEL_ROWS {
-        out.fill(0);
-    }
-    for r in 0..given {
-        let row = &rows[r * nb * 144..(r + 1) * nb * 144];
-        for (b, dst) in row.chunks_exact(144).zip(out.chunks_exact_mut(Q4_K_BLOCK)) {
-            let b: &[u8; 144] = b.try_into().unwrap();
-            let dst: &mut [u8; Q4_K_BLOCK] = dst.try_into().unwrap();
-            // Values 64j..64j+32 are the low nibbles of bytes 32j.., the next 32 the high ones.
-            for s in 0..8 {
-                for k in 0..8 {
-                    let q = (u32_at(b, 16 + 32 * (s / 2) + 4 * k) >> (4 * (s % 2))) & 0x0F0F_0F0F;
-                    put(dst, 512 * s + 64 * k + 4 * r, q.to_le_bytes());
-                }
+    for_each_block::<144, Q4_K_BLOCK>(GgmlType::Q4_K, cols, rows, out, |r, b, dst| {
+        // Values 64j..64j+32 are the low nibbles of bytes 32j.., the next 32 the high ones.
+        for s in 0..8 {
+            for k in 0..8 {
+                let q = (u32_at(b, 16 + 32 * (s / 2) + 4 * k) >> (4 * (s % 2))) & 0x0F0F_0F0F;
+                put(dst, 512 * s + 64 * k + 4 * r, q.to_le_bytes());
             }
-            q4_k_meta(r, b, dst);
         }
-    }
+        q4_k_meta(r, b, dst);
+    });
 }
 
+/// Q8_K activations for the Q4_K panel: the eight 32-value sums.
 pub(crate) fn prepare_q4_k(cols: usize, act: &[u8], out: &mut [u8]) {
-    let nb = row_blocks(GgmlType::Q8_K, cols, act);
-    assert_eq!(out.len(), nb * Q4_K_ACT, "prepared Q8_K row size");
-    for (b, dst) in act
-        .chunks_exact(Q8_K_BYTES)
-        .zip(out.chunks_exact_mut(Q4_K_ACT))
-    {
-        dst[..4].copy_from_slice(&b[..4]);
-        dst[Q4_K_ACT_QUANTS..].copy_from_slice(&b[4..260]);
-        dst[Q4_K_ACT_SUMS + 16..Q4_K_ACT_QUANTS].fill(0);
+    prepare_q8_k(cols, act, out, |b, sums| {
         for s in 0..8 {
             let bsum = |i: usize| i16::from_le_bytes([b[260 + 2 * i], b[261 + 2 * i]]);
             // |Σ| ≤ 32·128: an i16.
             let sum = bsum(2 * s) + bsum(2 * s + 1);
-            let at = Q4_K_ACT_SUMS + 2 * s;
-            dst[at..at + 2].copy_from_slice(&sum.to_le_bytes());
+            sums[2 * s..2 * s + 2].copy_from_slice(&sum.to_le_bytes());
         }
-    }
+    });
 }
 
 /// Row `r`'s Q6_K scales and `d` of block `b` in its panel block.

@@ -101,6 +101,29 @@ unsafe fn legacy_block<const STEPS: usize, const OFFSET: bool>(
     }
 }
 
+/// The block sums of the four tokens from `t0` against a panel of `nb`
+/// blocks of `BLOCK` bytes ([`legacy_block`]), in two chains of even and
+/// odd blocks: `[chain][token][half]`.
+#[inline(always)]
+unsafe fn block_chains<const STEPS: usize, const OFFSET: bool, const BLOCK: usize>(
+    nb: usize,
+    panel: *const u8,
+    acts: *const u8,
+    arow: usize,
+    t0: usize,
+) -> [[[__m256; 2]; G]; 2] {
+    // SAFETY: `nb` panel blocks and four prepared rows from `t0` (the
+    // callers' contract); AVX2/FMA are enabled in the callers.
+    unsafe {
+        let mut acc = [[[_mm256_setzero_ps(); 2]; G]; 2];
+        for i in 0..nb {
+            let ys = std::array::from_fn(|t| acts.add((t0 + t) * arow + i * LEGACY_ACT));
+            legacy_block::<STEPS, OFFSET>(panel.add(i * BLOCK), ys, &mut acc[i % 2]);
+        }
+        acc
+    }
+}
+
 /// A legacy panel against `T` tokens, four at a time: even and odd blocks
 /// in two chains, added at the end (the row kernels' order).
 #[inline(always)]
@@ -115,13 +138,7 @@ unsafe fn legacy_panel<const T: usize, const STEPS: usize>(
     // (the wrapper's checks); AVX2/FMA are enabled in the callers.
     unsafe {
         for t0 in (0..T).step_by(G) {
-            // [chain][token][half]
-            let mut acc = [[[_mm256_setzero_ps(); 2]; G]; 2];
-            for i in 0..nb {
-                let ys = std::array::from_fn(|t| acts.add((t0 + t) * arow + i * LEGACY_ACT));
-                legacy_block::<STEPS, true>(panel.add(i * LEGACY_BLOCK), ys, &mut acc[i % 2]);
-            }
-            let [even, odd] = acc;
+            let [even, odd] = block_chains::<STEPS, true, LEGACY_BLOCK>(nb, panel, acts, arow, t0);
             for (t, (even, odd)) in even.iter().zip(&odd).enumerate() {
                 for (h, (&e, &o)) in even.iter().zip(odd).enumerate() {
                     _mm256_storeu_ps(out.add(16 * (t0 + t) + 8 * h), _mm256_add_ps(e, o));
@@ -148,20 +165,13 @@ unsafe fn offset_panel<const T: usize, const STEPS: usize>(
     // (the wrapper's checks); AVX2/FMA are enabled in the callers.
     unsafe {
         for t0 in (0..T).step_by(G) {
-            let ys = |i: usize| -> [*const u8; G] {
-                std::array::from_fn(|t| acts.add((t0 + t) * arow + i * LEGACY_ACT))
-            };
-            // [chain][token][half]
-            let mut acc = [[[_mm256_setzero_ps(); 2]; G]; 2];
-            for i in 0..nb {
-                legacy_block::<STEPS, false>(panel.add(i * OFFSET_BLOCK), ys(i), &mut acc[i % 2]);
-            }
+            let acc = block_chains::<STEPS, false, OFFSET_BLOCK>(nb, panel, acts, arow, t0);
             let mut mins = [[[_mm256_setzero_ps(); 2]; G]; 2];
             for i in 0..nb {
-                let ys = ys(i);
                 for h in 0..2 {
                     let mw = _mm256_loadu_ps(panel.add(i * OFFSET_BLOCK + 576 + 32 * h).cast());
-                    for (min, y) in mins[i % 2].iter_mut().zip(ys) {
+                    for (t, min) in mins[i % 2].iter_mut().enumerate() {
+                        let y = acts.add((t0 + t) * arow + i * LEGACY_ACT);
                         min[h] = _mm256_fmadd_ps(mw, bcast_ps(y.add(36)), min[h]);
                     }
                 }

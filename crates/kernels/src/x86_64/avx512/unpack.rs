@@ -217,19 +217,21 @@ unsafe fn unpack_legacy_quants<const BLOCK: usize>(
 }
 
 kernel_fns! { unpack_legacy avx512;
-    Q8_0, 34 => unpack_q8_0
-        = |rows, rb, nb, out| unpack_legacy_quants::<LEGACY_BLOCK>(rows, rb, 34, nb, q8_0_unsigned, out);
-    Q4_0, 18 => unpack_q4_0
-        = |rows, rb, nb, out| unpack_legacy_quants::<LEGACY_BLOCK>(rows, rb, 18, nb, q4_0_unsigned, out);
-    Q5_0, 22 => unpack_q5_0
-        = |rows, rb, nb, out| unpack_legacy_quants::<LEGACY_BLOCK>(rows, rb, 22, nb, q5_0_unsigned, out);
-}
-
-kernel_fns! { unpack_offset avx512;
-    Q4_1, 20 => unpack_q4_1
-        = |rows, rb, nb, out| unpack_legacy_quants::<OFFSET_BLOCK>(rows, rb, 20, nb, q4_1_unsigned, out);
-    Q5_1, 24 => unpack_q5_1
-        = |rows, rb, nb, out| unpack_legacy_quants::<OFFSET_BLOCK>(rows, rb, 24, nb, q5_1_unsigned, out);
+    Q8_0, 34, LEGACY_BLOCK => unpack_q8_0
+        = |rows, rb, nb, out| unpack_legacy_quants::<LEGACY_BLOCK>(rows, rb, 34, nb, q8_0_unsigned, out),
+        meta: crate::panel::legacy_meta;
+    Q4_0, 18, LEGACY_BLOCK => unpack_q4_0
+        = |rows, rb, nb, out| unpack_legacy_quants::<LEGACY_BLOCK>(rows, rb, 18, nb, q4_0_unsigned, out),
+        meta: crate::panel::legacy_meta;
+    Q5_0, 22, LEGACY_BLOCK => unpack_q5_0
+        = |rows, rb, nb, out| unpack_legacy_quants::<LEGACY_BLOCK>(rows, rb, 22, nb, q5_0_unsigned, out),
+        meta: crate::panel::legacy_meta;
+    Q4_1, 20, OFFSET_BLOCK => unpack_q4_1
+        = |rows, rb, nb, out| unpack_legacy_quants::<OFFSET_BLOCK>(rows, rb, 20, nb, q4_1_unsigned, out),
+        meta: crate::panel::offset_meta;
+    Q5_1, 24, OFFSET_BLOCK => unpack_q5_1
+        = |rows, rb, nb, out| unpack_legacy_quants::<OFFSET_BLOCK>(rows, rb, 24, nb, q5_1_unsigned, out),
+        meta: crate::panel::offset_meta;
 }
 
 /// Q3_K rows into Q6_K panels, through the Q6_K blocks of the same values.
