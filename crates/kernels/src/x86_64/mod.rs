@@ -14,8 +14,8 @@
 //! replace their BF16 entry with `vdpbf16ps` kernels, which have bits of
 //! their own (not AVX2's widened chain).
 //!
-//! Q4_1, Q5_1 and Q2_K, which have no tiles, add panels to AVX2's row
-//! kernels (Q2_K on AVX-512 only).
+//! Q4_1, Q5_1 and Q2_K, which have no tiles, have panels beside their row
+//! kernels.
 //!
 //! Each entry is a named constant built with struct-update syntax from the
 //! scalar entry (or, for AVX-512, the AVX2 entry): every field an ISA
@@ -242,14 +242,27 @@ const AVX2_Q8_0: TypeKernels = TypeKernels {
     ..scalar(T::Q8_0)
 };
 
-/// Q2_K: row and 1×4 kernels; AVX2 has no panel for its blocks (sixteen-value
-/// sub-blocks with mins), so its batches take the 1×4 kernel (AVX-512 has one).
+/// Q2_K: row and 1×4 kernels, and panels from as few tokens as Q4_0's
+/// (it has no tiles to pass).
 const AVX2_Q2_K: TypeKernels = TypeKernels {
     isa: Isa::Avx2,
     simd: ALL_SIMD,
     quantize_activation: avx2::quantize_q8_k,
     vec_dot: avx2::vec_dot_q2_k,
     vec_dot_x4: Some(avx2::vec_dot_x4_q2_k),
+    panel: Some(PanelFns {
+        unpack: avx2::unpack_q2_k,
+        prepare: panel::prepare_q2_k,
+        quantize_prepared: None,
+        wide: avx2::panel8_q2_k,
+        narrow: avx2::panel4_q2_k,
+        pair: None,
+        many: None,
+        block_bytes: panel::Q2_K_BLOCK,
+        act_block_bytes: panel::Q4_K_ACT,
+        block_values: 256,
+        min_tokens: AVX2_LEGACY_PANEL_MIN_TOKENS,
+    }),
     ..scalar(T::Q2_K)
 };
 

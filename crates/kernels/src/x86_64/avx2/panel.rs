@@ -17,8 +17,8 @@
 
 use super::*;
 use crate::panel::{
-    LEGACY_ACT, LEGACY_BLOCK, OFFSET_BLOCK, Q4_K_ACT, Q4_K_ACT_QUANTS, Q4_K_ACT_SUMS, Q4_K_BLOCK,
-    Q6_K_ACT, Q6_K_ACT_QUANTS, Q6_K_BLOCK, Q8_0_I16_ACT, Q8_0_I16_BLOCK,
+    LEGACY_ACT, LEGACY_BLOCK, OFFSET_BLOCK, Q2_K_BLOCK, Q4_K_ACT, Q4_K_ACT_QUANTS, Q4_K_ACT_SUMS,
+    Q4_K_BLOCK, Q6_K_ACT, Q6_K_ACT_QUANTS, Q6_K_BLOCK, Q8_0_I16_ACT, Q8_0_I16_BLOCK,
 };
 
 /// Tokens per pass.
@@ -239,27 +239,38 @@ unsafe fn q8_0_panel<const T: usize>(
     }
 }
 
-/// A Q4_K panel (both halves) against four tokens: `acc − accm`, the sums
-/// of scaled quant products and of scaled mins in two passes (each its own
-/// chain, as in the row kernel). Each broadcast activation meets both
-/// halves' quants, so a `vpmaddubsw` costs 0.75 loads rather than 1.25.
+/// A Q4_K (`SUBS` = 8) or Q2_K (16) panel, both halves, against four
+/// tokens: `acc − accm`, the sums of scaled quant products and of scaled
+/// mins in two passes (each its own chain, as in the row kernel). Each
+/// broadcast activation meets both halves' quants, so a `vpmaddubsw` costs
+/// 0.75 loads rather than 1.25. The two panels share their layout: per
+/// sub-block its quant dwords, then the scales (4096), the min pairs
+/// (`4096 + 64·SUBS`), `d` and `dmin`.
 #[inline(always)]
-unsafe fn q4_k_pass(nb: usize, panel: *const u8, ys: [*const u8; G]) -> [[__m256; 2]; G] {
-    // SAFETY: as for [`legacy_block`], with Q4_K panel and prepared blocks.
+unsafe fn k_pass<const SUBS: usize>(
+    nb: usize,
+    panel: *const u8,
+    ys: [*const u8; G],
+) -> [[__m256; 2]; G] {
+    // SAFETY: as for [`legacy_block`], with Q4_K or Q2_K panel and prepared blocks.
     unsafe {
+        // Quant dwords per sub-block, and where the min pairs and `d` lie.
+        let dwords = 256 / SUBS / 4;
+        let (mins_at, d_at) = (4096 + 64 * SUBS, 4096 + 96 * SUBS);
+        let block = d_at + 128;
         let mut acc = [[_mm256_setzero_ps(); 2]; G];
         for i in 0..nb {
-            let p = panel.add(i * Q4_K_BLOCK);
+            let p = panel.add(i * block);
             let y: [*const u8; G] = std::array::from_fn(|t| ys[t].add(i * Q4_K_ACT));
             let mut s32 = [[_mm256_setzero_si256(); 2]; G];
-            for s in 0..8 {
-                // Eight dwords of quants 0..15 against i8 activations: each
-                // i16 lane at most 8 · 2 · 15 · 128 < 2^15.
+            for s in 0..SUBS {
+                // At most eight dwords of quants 0..15 against i8 activations:
+                // each i16 lane at most 8 · 2 · 15 · 128 < 2^15.
                 let mut s16 = [[_mm256_setzero_si256(); 2]; G];
-                for k in 0..8 {
-                    let w = [0, 1].map(|h| load256(p.add(512 * s + 64 * k + 32 * h)));
+                for k in 0..dwords {
+                    let w = [0, 1].map(|h| load256(p.add(64 * (dwords * s + k) + 32 * h)));
                     for t in 0..G {
-                        let a = bcast(y[t].add(Q4_K_ACT_QUANTS + 32 * s + 4 * k));
+                        let a = bcast(y[t].add(Q4_K_ACT_QUANTS + 4 * (dwords * s + k)));
                         for h in 0..2 {
                             let m = _mm256_maddubs_epi16(w[h], a);
                             s16[t][h] = _mm256_add_epi16(s16[t][h], m);
@@ -277,7 +288,7 @@ unsafe fn q4_k_pass(nb: usize, panel: *const u8, ys: [*const u8; G]) -> [[__m256
                 }
             }
             for h in 0..2 {
-                let dw = _mm256_loadu_ps(p.add(4864 + 32 * h).cast());
+                let dw = _mm256_loadu_ps(p.add(d_at + 32 * h).cast());
                 for t in 0..G {
                     acc[t][h] = float_step(acc[t][h], dw, y[t], s32[t][h]);
                 }
@@ -285,11 +296,11 @@ unsafe fn q4_k_pass(nb: usize, panel: *const u8, ys: [*const u8; G]) -> [[__m256
         }
         let mut accm = [[_mm256_setzero_ps(); 2]; G];
         for i in 0..nb {
-            let p = panel.add(i * Q4_K_BLOCK);
+            let p = panel.add(i * block);
             let y: [*const u8; G] = std::array::from_fn(|t| ys[t].add(i * Q4_K_ACT));
             let mut m32 = [[_mm256_setzero_si256(); 2]; G];
-            for pair in 0..4 {
-                let mins = [0, 1].map(|h| load256(p.add(4608 + 64 * pair + 32 * h)));
+            for pair in 0..SUBS / 2 {
+                let mins = [0, 1].map(|h| load256(p.add(mins_at + 64 * pair + 32 * h)));
                 for t in 0..G {
                     let a = bcast(y[t].add(Q4_K_ACT_SUMS + 4 * pair));
                     for h in 0..2 {
@@ -299,7 +310,7 @@ unsafe fn q4_k_pass(nb: usize, panel: *const u8, ys: [*const u8; G]) -> [[__m256
                 }
             }
             for h in 0..2 {
-                let dmin = _mm256_loadu_ps(p.add(4928 + 32 * h).cast());
+                let dmin = _mm256_loadu_ps(p.add(d_at + 64 + 32 * h).cast());
                 for t in 0..G {
                     accm[t][h] = float_step(accm[t][h], dmin, y[t], m32[t][h]);
                 }
@@ -308,6 +319,8 @@ unsafe fn q4_k_pass(nb: usize, panel: *const u8, ys: [*const u8; G]) -> [[__m256
         std::array::from_fn(|t| [0, 1].map(|h| _mm256_sub_ps(acc[t][h], accm[t][h])))
     }
 }
+
+const _: () = assert!(4096 + 96 * 8 + 128 == Q4_K_BLOCK && 4096 + 96 * 16 + 128 == Q2_K_BLOCK);
 
 /// A Q6_K panel (both halves) against four tokens; each broadcast pair of
 /// activations meets both halves' quants.
@@ -384,7 +397,14 @@ unsafe fn k_panel<const T: usize>(
 target_fns! { avx2:
     unsafe fn q4_k_pass_avx2(nb: usize, panel: *const u8, ys: [*const u8; G]) -> [[__m256; 2]; G] {
         // SAFETY: forwarded from the caller's contract.
-        unsafe { q4_k_pass(nb, panel, ys) }
+        unsafe { k_pass::<8>(nb, panel, ys) }
+    }
+}
+
+target_fns! { avx2:
+    unsafe fn q2_k_pass_avx2(nb: usize, panel: *const u8, ys: [*const u8; G]) -> [[__m256; 2]; G] {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { k_pass::<16>(nb, panel, ys) }
     }
 }
 
@@ -434,6 +454,9 @@ kernel_fns! { panels avx2;
     // Q5_1 quants (0..31): as Q5_0's.
     "Q5_1", 32, OFFSET_BLOCK, LEGACY_ACT => panel8_q5_1, panel4_q5_1
         = |nb, panel, acts, arow, out| offset_panel::<T, 4>(nb, panel, acts, arow, out);
+    // Q2_K quants (0..3): four dwords per i16 sum.
+    "Q2_K", 256, Q2_K_BLOCK, Q4_K_ACT => panel8_q2_k, panel4_q2_k
+        = |nb, panel, acts, arow, out| k_panel::<T>(nb, panel, acts, arow, out, q2_k_pass_avx2);
     "Q4_K", 256, Q4_K_BLOCK, Q4_K_ACT => panel8_q4_k, panel4_q4_k
         = |nb, panel, acts, arow, out| q4_k_panel::<T>(nb, panel, acts, arow, out);
     "Q6_K", 256, Q6_K_BLOCK, Q6_K_ACT => panel8_q6_k, panel4_q6_k

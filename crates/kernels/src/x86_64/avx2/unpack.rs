@@ -108,6 +108,37 @@ unsafe fn unpack_legacy_block(
     }
 }
 
+/// The quants of block `i` of sixteen Q2_K rows into panel block `dst`:
+/// each row's two 32-byte quant chunks as two-bit fields (field `k` of byte
+/// `32c + l` is value `128c + 32k + l`), transposed eight rows at a time.
+#[inline(always)]
+unsafe fn unpack_q2_k_block(rows: *const u8, rb: usize, i: usize, dst: *mut u8) {
+    // SAFETY: as for `unpack_q8_0_i16_block`, with Q2_K rows and panel block.
+    unsafe {
+        let m2 = _mm256_set1_epi8(3);
+        for h in 0..2 {
+            for c in 0..2 {
+                let mut q = [_mm256_setzero_si256(); 8];
+                for (r, q) in q.iter_mut().enumerate() {
+                    *q = load256(rows.add((8 * h + r) * rb + 84 * i + 16 + 32 * c));
+                }
+                for k in 0..4 {
+                    let mut v = [_mm256_setzero_si256(); 8];
+                    for (v, &q) in v.iter_mut().zip(&q) {
+                        let shifted = _mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * k as i32));
+                        *v = _mm256_and_si256(shifted, m2);
+                    }
+                    // Dword d: values 128c + 32k + 4d.., sub-block 8c + 2k + d / 4.
+                    for (d, o) in transpose8(v).into_iter().enumerate() {
+                        let s = 8 * c + 2 * k + d / 4;
+                        store(dst.add(256 * s + 64 * (d % 4) + 32 * h), o);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The quants of block `i` of sixteen Q4_K rows into panel block `dst`:
 /// each row's 32-byte chunk `j` as low nibbles (sub-block `2j`) and high
 /// ones (`2j + 1`), transposed eight rows at a time.
@@ -209,6 +240,8 @@ kernel_fns! { unpack avx2;
     Q5_1, 24, OFFSET_BLOCK => unpack_q5_1
         = |rows, rb, i, dst| unpack_legacy_block(rows, rb, 24, i, q5_1_unsigned, dst),
         meta: |rows, rb, i, dst| rows_meta(rows, rb, i, dst, crate::panel::q5_1_meta);
+    Q2_K, 84, Q2_K_BLOCK => unpack_q2_k = |rows, rb, i, dst| unpack_q2_k_block(rows, rb, i, dst),
+        meta: |rows, rb, i, dst| rows_meta(rows, rb, i, dst, crate::panel::q2_k_meta);
     Q4_K, 144, Q4_K_BLOCK => unpack_q4_k = |rows, rb, i, dst| unpack_q4_k_block(rows, rb, i, dst),
         meta: |rows, rb, i, dst| rows_meta(rows, rb, i, dst, crate::panel::q4_k_meta);
     Q6_K, 210, Q6_K_BLOCK => unpack_q6_k = |rows, rb, i, dst| unpack_q6_k_block(rows, rb, i, dst),
