@@ -243,16 +243,23 @@ fn round_activations(
         scratch.buf.resize(padded * arow, 0);
     }
     scratch.buf[tokens * arow..padded * arow].fill(0);
-    let per = tokens.div_ceil(pool.threads().max(1));
     let out = Out(scratch.buf.as_mut_ptr());
     let out = &out;
-    pool.run(tokens.div_ceil(per), &|u| {
-        let (t0, t1) = (u * per, ((u + 1) * per).min(tokens));
+    token_shares(tokens, pool, &|t0, t1| {
         let (at, len) = (t0 * arow, (t1 - t0) * arow);
         // SAFETY: `scratch.buf` holds `padded` rows of `arow` bytes (grown
-        // above); unit `u` alone writes its tokens `t0..t1`.
+        // above); this share alone writes its tokens `t0..t1`.
         let rows = unsafe { std::slice::from_raw_parts_mut(out.0.add(at), len) };
         quantize(&x[t0 * cols..t1 * cols], rows);
+    });
+}
+
+/// Runs `f(t0, t1)` over `tokens` in one share of consecutive tokens per
+/// thread, the shares in parallel.
+fn token_shares(tokens: usize, pool: &dyn ThreadPool, f: &(dyn Fn(usize, usize) + Sync)) {
+    let per = tokens.div_ceil(pool.threads().max(1));
+    pool.run(tokens.div_ceil(per), &|u| {
+        f(u * per, ((u + 1) * per).min(tokens))
     });
 }
 
@@ -284,18 +291,16 @@ fn widen_activations(
     }
     let at = aligned_f32(&scratch.packed);
     scratch.packed[at + tokens * frow..at + padded * frow].fill(0);
-    let per = tokens.div_ceil(pool.threads().max(1));
     let (half, wide) = (
         Out(scratch.buf.as_mut_ptr()),
         Out(scratch.packed[at..].as_mut_ptr()),
     );
     let (half, wide) = (&half, &wide);
-    pool.run(tokens.div_ceil(per), &|u| {
-        let (t0, t1) = (u * per, ((u + 1) * per).min(tokens));
+    token_shares(tokens, pool, &|t0, t1| {
         let n = (t1 - t0) * cols;
         // SAFETY: `scratch.buf` holds `tokens` rows of `arow` bytes and
         // `scratch.packed` `padded` rows of `frow` from `at`, where f32 are
-        // aligned (grown above); unit `u` alone writes its tokens `t0..t1` of each.
+        // aligned (grown above); this share alone writes its tokens `t0..t1` of each.
         let (h, f) = unsafe {
             (
                 std::slice::from_raw_parts_mut(half.0.add(t0 * arow), (t1 - t0) * arow),

@@ -13,6 +13,7 @@
 use super::super::avx2::hsum4;
 use super::*;
 use crate::dispatch::{F32Tile, TileHint};
+use half::bf16;
 
 /// Weight rows of the tiles: [`hsum4`] reduces four at a time.
 const R: usize = 4;
@@ -78,18 +79,12 @@ unsafe fn halves(v: __m512) -> (__m256, __m256) {
     }
 }
 
-/// A bf16 value widened to f32 (exact).
-#[inline(always)]
-fn widen(v: u16) -> f32 {
-    f32::from_bits(u32::from(v) << 16)
-}
-
 /// The products past the last whole sixteen, added one by one to `sum`.
 #[inline(always)]
 unsafe fn tail(n: usize, w: *const u16, a: *const u16, mut sum: f32) -> f32 {
     for i in n / 16 * 16..n {
         // SAFETY: both rows hold `n` values.
-        sum += unsafe { widen(*w.add(i)) * widen(*a.add(i)) };
+        sum += unsafe { bf16::from_bits(*w.add(i)).to_f32() * bf16::from_bits(*a.add(i)).to_f32() };
     }
     sum
 }
