@@ -806,12 +806,14 @@ pub(crate) fn store_q5_0(cols: usize, rows: &[u8], out: &mut [u8]) {
                 dst[64 * j + 4 * r..64 * j + 4 * r + 4].copy_from_slice(&b[6 + 4 * j..10 + 4 * j]);
             }
             let qh = u32_at(b, 2);
+            // Nibble `k` of the row's `qh` into nibble `r` of mask `k`: one
+            // byte each, where a read-modify-write of the whole mask per row
+            // waited on the last row's.
+            let shift = 4 * (r % 2);
             for k in 0..8 {
-                let at = 256 + 8 * k;
-                let mut mask = u64::from_le_bytes(dst[at..at + 8].try_into().unwrap());
-                mask &= !(0xF << (4 * r));
-                mask |= (((qh >> (4 * k)) & 0xF) as u64) << (4 * r);
-                dst[at..at + 8].copy_from_slice(&mask.to_le_bytes());
+                let at = 256 + 8 * k + r / 2;
+                let nibble = ((qh >> (4 * k)) & 0xF) as u8;
+                dst[at] = (dst[at] & !(0xF << shift)) | nibble << shift;
             }
             dst[320 + 2 * r..322 + 2 * r].copy_from_slice(&b[..2]);
         },
@@ -866,33 +868,46 @@ pub(crate) fn store_q4_k(cols: usize, rows: &[u8], out: &mut [u8]) {
         rows,
         out,
         |r, b: &[u8; 144], dst: &mut [u8; STORED_Q4_K_BLOCK]| {
-            for (at, from, len) in stored_q4_k_pieces(r) {
-                dst[at..at + len].copy_from_slice(&b[from..from + len]);
+            // `stored_q4_k_dwords` in loops of fixed bounds, which the
+            // compiler unrolls into moves (a copy of a length it cannot see
+            // is a call to `memcpy`, the iterator a loop of a few branches).
+            for j in 0..4 {
+                for k in 0..8 {
+                    let (at, from) = (512 * j + 64 * k + 4 * r, 16 + 32 * j + 4 * k);
+                    dst[at..at + 4].copy_from_slice(&b[from..from + 4]);
+                }
             }
+            for m in 0..3 {
+                let (at, from) = (2048 + 64 * m + 4 * r, 4 + 4 * m);
+                dst[at..at + 4].copy_from_slice(&b[from..from + 4]);
+            }
+            dst[2240 + 2 * r..2242 + 2 * r].copy_from_slice(&b[..2]);
+            dst[2272 + 2 * r..2274 + 2 * r].copy_from_slice(&b[2..4]);
         },
     );
 }
 
-/// Where each piece of row `r`'s Q4_K block lies in a stored super-block:
-/// (stored offset, block offset, bytes) for the quants' dwords, the scales'
-/// and mins' dwords, `d` and `dmin`.
-fn stored_q4_k_pieces(r: usize) -> impl Iterator<Item = (usize, usize, usize)> {
+/// Where each dword of row `r`'s Q4_K block lies in a stored super-block:
+/// (stored offset, block offset) for the quants and the scales and mins;
+/// `d` and `dmin` go to `2240 + 2r` and `2272 + 2r`.
+fn stored_q4_k_dwords(r: usize) -> impl Iterator<Item = (usize, usize)> {
     let quants = (0..32).map(move |i| {
         let (j, k) = (i / 8, i % 8);
-        (512 * j + 64 * k + 4 * r, 16 + 32 * j + 4 * k, 4)
+        (512 * j + 64 * k + 4 * r, 16 + 32 * j + 4 * k)
     });
-    let scales = (0..3).map(move |m| (2048 + 64 * m + 4 * r, 4 + 4 * m, 4));
-    let d = [(2240 + 2 * r, 0, 2), (2272 + 2 * r, 2, 2)];
-    quants.chain(scales).chain(d)
+    let scales = (0..3).map(move |m| (2048 + 64 * m + 4 * r, 4 + 4 * m));
+    quants.chain(scales)
 }
 
 /// Row `r`'s block, in ggml's layout, of a stored Q4_K super-block.
 #[inline(always)]
 fn stored_q4_k_row_block(src: &[u8; STORED_Q4_K_BLOCK], r: usize) -> [u8; 144] {
     let mut b = [0u8; 144];
-    for (at, to, len) in stored_q4_k_pieces(r) {
-        b[to..to + len].copy_from_slice(&src[at..at + len]);
+    for (at, to) in stored_q4_k_dwords(r) {
+        b[to..to + 4].copy_from_slice(&src[at..at + 4]);
     }
+    b[..2].copy_from_slice(&src[2240 + 2 * r..2242 + 2 * r]);
+    b[2..4].copy_from_slice(&src[2272 + 2 * r..2274 + 2 * r]);
     b
 }
 
@@ -923,7 +938,22 @@ pub(crate) fn store_q6_k(cols: usize, rows: &[u8], out: &mut [u8]) {
         rows,
         out,
         |r, b: &[u8; 210], dst: &mut [u8; STORED_Q6_K_BLOCK]| {
-            for (at, from) in stored_q6_k_dwords(r) {
+            // `stored_q6_k_dwords` in loops of fixed bounds, which the
+            // compiler unrolls into moves (its chained iterators stay a loop
+            // of a few branches per dword).
+            for h in 0..2 {
+                for k in 0..8 {
+                    let at = 192 * (8 * h + k) + 4 * r;
+                    let from = 128 + 32 * h + 4 * k;
+                    dst[at..at + 4].copy_from_slice(&b[from..from + 4]);
+                    for p in 0..2 {
+                        let (at, from) = (at + 64 + 64 * p, 64 * h + 32 * p + 4 * k);
+                        dst[at..at + 4].copy_from_slice(&b[from..from + 4]);
+                    }
+                }
+            }
+            for m in 0..4 {
+                let (at, from) = (3072 + 64 * m + 4 * r, 192 + 4 * m);
                 dst[at..at + 4].copy_from_slice(&b[from..from + 4]);
             }
             dst[3328 + 2 * r..3330 + 2 * r].copy_from_slice(&b[208..210]);
