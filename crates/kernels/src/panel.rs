@@ -868,19 +868,9 @@ pub(crate) fn store_q4_k(cols: usize, rows: &[u8], out: &mut [u8]) {
         rows,
         out,
         |r, b: &[u8; 144], dst: &mut [u8; STORED_Q4_K_BLOCK]| {
-            // `stored_q4_k_dwords` in loops of fixed bounds, which the
-            // compiler unrolls into moves (a copy of a length it cannot see
-            // is a call to `memcpy`, the iterator a loop of a few branches).
-            for j in 0..4 {
-                for k in 0..8 {
-                    let (at, from) = (512 * j + 64 * k + 4 * r, 16 + 32 * j + 4 * k);
-                    dst[at..at + 4].copy_from_slice(&b[from..from + 4]);
-                }
-            }
-            for m in 0..3 {
-                let (at, from) = (2048 + 64 * m + 4 * r, 4 + 4 * m);
-                dst[at..at + 4].copy_from_slice(&b[from..from + 4]);
-            }
+            stored_q4_k_dwords(r, |at, from| {
+                dst[at..at + 4].copy_from_slice(&b[from..from + 4])
+            });
             dst[2240 + 2 * r..2242 + 2 * r].copy_from_slice(&b[..2]);
             dst[2272 + 2 * r..2274 + 2 * r].copy_from_slice(&b[2..4]);
         },
@@ -889,23 +879,28 @@ pub(crate) fn store_q4_k(cols: usize, rows: &[u8], out: &mut [u8]) {
 
 /// Where each dword of row `r`'s Q4_K block lies in a stored super-block:
 /// (stored offset, block offset) for the quants and the scales and mins;
-/// `d` and `dmin` go to `2240 + 2r` and `2272 + 2r`.
-fn stored_q4_k_dwords(r: usize) -> impl Iterator<Item = (usize, usize)> {
-    let quants = (0..32).map(move |i| {
-        let (j, k) = (i / 8, i % 8);
-        (512 * j + 64 * k + 4 * r, 16 + 32 * j + 4 * k)
-    });
-    let scales = (0..3).map(move |m| (2048 + 64 * m + 4 * r, 4 + 4 * m));
-    quants.chain(scales)
+/// `d` and `dmin` go to `2240 + 2r` and `2272 + 2r`. Calls `f(stored,
+/// block)` for each, in loops of fixed bounds that the compiler unrolls, so
+/// a copy of four bytes per call stays a move (a chain of iterators stayed a
+/// loop of a few branches per dword, and loading a model rewrites every
+/// matrix through here).
+#[inline(always)]
+fn stored_q4_k_dwords(r: usize, mut f: impl FnMut(usize, usize)) {
+    for j in 0..4 {
+        for k in 0..8 {
+            f(512 * j + 64 * k + 4 * r, 16 + 32 * j + 4 * k);
+        }
+    }
+    for m in 0..3 {
+        f(2048 + 64 * m + 4 * r, 4 + 4 * m);
+    }
 }
 
 /// Row `r`'s block, in ggml's layout, of a stored Q4_K super-block.
 #[inline(always)]
 fn stored_q4_k_row_block(src: &[u8; STORED_Q4_K_BLOCK], r: usize) -> [u8; 144] {
     let mut b = [0u8; 144];
-    for (at, to) in stored_q4_k_dwords(r) {
-        b[to..to + 4].copy_from_slice(&src[at..at + 4]);
-    }
+    stored_q4_k_dwords(r, |at, to| b[to..to + 4].copy_from_slice(&src[at..at + 4]));
     b[..2].copy_from_slice(&src[2240 + 2 * r..2242 + 2 * r]);
     b[2..4].copy_from_slice(&src[2272 + 2 * r..2274 + 2 * r]);
     b
@@ -938,52 +933,39 @@ pub(crate) fn store_q6_k(cols: usize, rows: &[u8], out: &mut [u8]) {
         rows,
         out,
         |r, b: &[u8; 210], dst: &mut [u8; STORED_Q6_K_BLOCK]| {
-            // `stored_q6_k_dwords` in loops of fixed bounds, which the
-            // compiler unrolls into moves (its chained iterators stay a loop
-            // of a few branches per dword).
-            for h in 0..2 {
-                for k in 0..8 {
-                    let at = 192 * (8 * h + k) + 4 * r;
-                    let from = 128 + 32 * h + 4 * k;
-                    dst[at..at + 4].copy_from_slice(&b[from..from + 4]);
-                    for p in 0..2 {
-                        let (at, from) = (at + 64 + 64 * p, 64 * h + 32 * p + 4 * k);
-                        dst[at..at + 4].copy_from_slice(&b[from..from + 4]);
-                    }
-                }
-            }
-            for m in 0..4 {
-                let (at, from) = (3072 + 64 * m + 4 * r, 192 + 4 * m);
-                dst[at..at + 4].copy_from_slice(&b[from..from + 4]);
-            }
+            stored_q6_k_dwords(r, |at, from| {
+                dst[at..at + 4].copy_from_slice(&b[from..from + 4])
+            });
             dst[3328 + 2 * r..3330 + 2 * r].copy_from_slice(&b[208..210]);
         },
     );
 }
 
 /// Where each dword of row `r`'s Q6_K block lies in a stored super-block:
-/// (stored offset, block offset) for the low bits, high bits and scales.
-fn stored_q6_k_dwords(r: usize) -> impl Iterator<Item = (usize, usize)> {
-    // Index `8h + k`: 192 bytes of high bits, then low bits of both pairs.
-    let low = (0..32).map(move |i| {
-        let (h, p, k) = (i / 16, i % 16 / 8, i % 8);
-        (
-            192 * (8 * h + k) + 64 + 64 * p + 4 * r,
-            64 * h + 32 * p + 4 * k,
-        )
-    });
-    let high = (0..16).map(move |i| (192 * i + 4 * r, 128 + 4 * i));
-    let scales = (0..4).map(move |m| (3072 + 64 * m + 4 * r, 192 + 4 * m));
-    low.chain(high).chain(scales)
+/// `f(stored offset, block offset)` for the high bits, low bits and
+/// scales, in loops of fixed bounds as [`stored_q4_k_dwords`]'s.
+#[inline(always)]
+fn stored_q6_k_dwords(r: usize, mut f: impl FnMut(usize, usize)) {
+    // Run `8h + k`: 64 bytes of high bits, then the low bits of both pairs.
+    for h in 0..2 {
+        for k in 0..8 {
+            let at = 192 * (8 * h + k) + 4 * r;
+            f(at, 128 + 32 * h + 4 * k);
+            for p in 0..2 {
+                f(at + 64 + 64 * p, 64 * h + 32 * p + 4 * k);
+            }
+        }
+    }
+    for m in 0..4 {
+        f(3072 + 64 * m + 4 * r, 192 + 4 * m);
+    }
 }
 
 /// Row `r`'s block, in ggml's layout, of a stored Q6_K super-block.
 #[inline(always)]
 fn stored_q6_k_row_block(src: &[u8; STORED_Q6_K_BLOCK], r: usize) -> [u8; 210] {
     let mut b = [0u8; 210];
-    for (at, to) in stored_q6_k_dwords(r) {
-        b[to..to + 4].copy_from_slice(&src[at..at + 4]);
-    }
+    stored_q6_k_dwords(r, |at, to| b[to..to + 4].copy_from_slice(&src[at..at + 4]));
     b[208..210].copy_from_slice(&src[3328 + 2 * r..3330 + 2 * r]);
     b
 }
