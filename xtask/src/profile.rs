@@ -25,6 +25,7 @@ use anyhow::{Context, Result, ensure};
 
 use crate::bench::report::markdown_table;
 use crate::bench::{self, LONG_TEXT, SHORT_TEXT, resolve_model};
+use crate::synth::{self, DEFAULT_SEED, SynthType};
 use crate::{lamina_bin, models, run, target_dir};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -72,8 +73,21 @@ pub(crate) struct Args {
     alloc: bool,
     /// Model file or name in the models directory (default: EmbeddingGemma
     /// Q8_0 for embed-*, SmolLM2 Q8_0 for pp/tg).
-    #[arg(short, long)]
+    #[arg(short, long, conflicts_with = "synth")]
     model: Option<String>,
+    /// Profile a random-weight file of this real shape instead (a name
+    /// `cargo xtask synth` takes, e.g. Llama-3.1-8B), written under
+    /// `target/synth/` first if missing.
+    #[arg(long)]
+    synth: Option<String>,
+    /// Weight types of the --synth file.
+    #[arg(
+        long = "type",
+        value_enum,
+        default_value = "q4_k_m",
+        requires = "synth"
+    )]
+    synth_type: SynthType,
     #[arg(short, long)]
     threads: Option<usize>,
     /// Timed runs of the workload (default: 200 short, 60 long, 3 batch, 5 pp/tg).
@@ -88,6 +102,21 @@ pub(crate) struct Args {
     fp: bool,
 }
 
+/// The --synth file, written first where missing (minutes for the large
+/// shapes, before anything is sampled).
+fn synth_model(args: &Args) -> Result<PathBuf> {
+    let name = args.synth.as_deref().unwrap_or_default();
+    let shape = synth::find(name.trim())?;
+    let path = synth::ensure(shape, args.synth_type, DEFAULT_SEED)?;
+    eprintln!(
+        "profile: {} {}: {}",
+        shape.name,
+        args.synth_type.name(),
+        path.display()
+    );
+    Ok(path)
+}
+
 pub(crate) fn run_cmd(args: Args) -> Result<()> {
     ensure_perf()?;
     let lamina = lamina_bin()?;
@@ -97,6 +126,7 @@ pub(crate) fn run_cmd(args: Args) -> Result<()> {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let runs = args.runs.unwrap_or(w.default_runs()).max(1);
     let model = match (&args.model, w) {
+        (None, _) if args.synth.is_some() => synth_model(&args)?,
         (Some(m), _) => resolve_model(m)?,
         (None, Workload::Pp | Workload::Tg) => {
             let dir = models::default_dir()?;
@@ -790,7 +820,30 @@ pub(crate) fn collapse_perf_script(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
     use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    #[test]
+    fn synth_shapes_parse_and_unknown_ones_fail_first() {
+        let cli =
+            Cli::try_parse_from(["x", "tg", "--synth", "Llama-3.1-8B", "--type", "q8_0"]).unwrap();
+        assert_eq!(cli.args.synth.as_deref(), Some("Llama-3.1-8B"));
+        assert_eq!(cli.args.synth_type, SynthType::Q8_0);
+        assert!(
+            Cli::try_parse_from(["x", "pp", "-m", "a.gguf", "--synth", "Llama-3.2-1B"]).is_err()
+        );
+        assert!(Cli::try_parse_from(["x", "pp", "--type", "q4_0"]).is_err());
+        let cli = Cli::try_parse_from(["x", "pp", "--synth", "llama-65b"]).unwrap();
+        let err = synth_model(&cli.args).unwrap_err().to_string();
+        assert!(err.contains("llama-65b"), "{err}");
+    }
 
     const SELF_REPORT: &str = "\
 # To display the perf.data header info, please use --header/--header-only options.
