@@ -93,6 +93,10 @@ pub(crate) struct Args {
     /// Timed runs of the workload (default: 200 short, 60 long, 3 batch, 5 pp/tg).
     #[arg(long)]
     runs: Option<usize>,
+    /// pp and tg only: tokens already in the cache, as `bench generate
+    /// --depth` (its untimed fill of the cache is sampled too).
+    #[arg(long, default_value_t = 0)]
+    depth: usize,
     /// Samples per second per CPU.
     #[arg(long, default_value_t = 499)]
     freq: u32,
@@ -100,6 +104,15 @@ pub(crate) struct Args {
     /// perf.data, but callers are lost where frame pointers are omitted.
     #[arg(long)]
     fp: bool,
+}
+
+/// A cache depth is a generation workload's: the embedders keep no cache.
+fn check_depth(w: Workload, depth: usize) -> Result<()> {
+    ensure!(
+        depth == 0 || matches!(w, Workload::Pp | Workload::Tg),
+        "--depth {depth}: only the pp and tg workloads have a cache to fill"
+    );
+    Ok(())
 }
 
 /// The --synth file, written first where missing (minutes for the large
@@ -125,6 +138,7 @@ pub(crate) fn run_cmd(args: Args) -> Result<()> {
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let runs = args.runs.unwrap_or(w.default_runs()).max(1);
+    check_depth(w, args.depth)?;
     let model = match (&args.model, w) {
         (None, _) if args.synth.is_some() => synth_model(&args)?,
         (Some(m), _) => resolve_model(m)?,
@@ -142,9 +156,9 @@ pub(crate) fn run_cmd(args: Args) -> Result<()> {
         (None, _) => bench::default_embed_model()?,
     };
     if args.alloc {
-        return alloc_profile(&lamina, w, &model, threads, args.runs);
+        return alloc_profile(&lamina, w, &model, threads, args.runs, args.depth);
     }
-    let workload = workload_cmd(&lamina, w, &model, threads, runs, 1)?;
+    let workload = workload_cmd(&lamina, w, &model, threads, runs, 1, args.depth)?;
 
     let out = target_dir().join("profile").join(w.name());
     fs::create_dir_all(&out)?;
@@ -229,6 +243,7 @@ fn workload_cmd(
     threads: usize,
     runs: usize,
     warmup: usize,
+    depth: usize,
 ) -> Result<Command> {
     let mut cmd = Command::new(lamina);
     let (t, r) = (threads.to_string(), runs.to_string());
@@ -272,6 +287,9 @@ fn workload_cmd(
             cmd.args([
                 "bench", "generate", "--pp", pp, "--tg", tg, "-t", &t, "--runs", &r,
             ]);
+            if depth > 0 {
+                cmd.args(["--depth", &depth.to_string()]);
+            }
         }
     }
     cmd.arg("-m").arg(model);
@@ -423,6 +441,7 @@ fn alloc_profile(
     model: &Path,
     threads: usize,
     extra_runs: Option<usize>,
+    depth: usize,
 ) -> Result<()> {
     let libc = libc_of(lamina)?;
     ensure_alloc_probes(&libc)?;
@@ -438,7 +457,7 @@ fn alloc_profile(
     for runs in [a, b] {
         let data = out.join(format!("alloc-{runs}.data"));
         let _ = fs::remove_file(&data);
-        let cmd = workload_cmd(lamina, w, model, threads, runs, 0)?;
+        let cmd = workload_cmd(lamina, w, model, threads, runs, 0, depth)?;
         let mut rec = Command::new("perf");
         rec.arg("record");
         for (name, _) in ALLOC_PROBES {
@@ -843,6 +862,19 @@ mod tests {
         let cli = Cli::try_parse_from(["x", "pp", "--synth", "llama-65b"]).unwrap();
         let err = synth_model(&cli.args).unwrap_err().to_string();
         assert!(err.contains("llama-65b"), "{err}");
+    }
+
+    #[test]
+    fn depth_is_for_generation_workloads() {
+        let cli = Cli::try_parse_from(["x", "tg", "--depth", "8192"]).unwrap();
+        assert_eq!(cli.args.depth, 8192);
+        assert!(check_depth(Workload::Tg, 8192).is_ok());
+        assert!(check_depth(Workload::Pp, 8192).is_ok());
+        assert!(check_depth(Workload::EmbedBatch, 0).is_ok());
+        let err = check_depth(Workload::EmbedShort, 512)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("pp and tg"), "{err}");
     }
 
     const SELF_REPORT: &str = "\
