@@ -2,6 +2,10 @@
 //! cache, and one decoded token over a long one, in GFLOP/s (2 per
 //! multiply-add of the scores and of the value sums).
 //!
+//! A decoded token's calls rotate over enough caches to outgrow the
+//! last-level cache, as a model's layers do, so its keys and values come
+//! from memory.
+//!
 //! `cargo bench -p lamina-kernels --bench attention`; under `cargo test` it
 //! runs the smallest case once. Times are medians, with the fastest call. `LAMINA_BENCH_ONLY=qwen3` limits it to the
 //! shapes whose name contains that text.
@@ -9,7 +13,7 @@
 use std::time::Instant;
 
 use half::f16;
-use lamina_kernels::attention::{AttnShape, KvRows, attention};
+use lamina_kernels::attention::{AttnShape, KvRows, attention, attention_head_major};
 use lamina_kernels::spin_pool::SpinPool;
 
 /// A model's attention heads: query heads, kv heads, head dimension.
@@ -55,15 +59,27 @@ fn values(n: usize, seed: u32) -> impl Iterator<Item = f32> {
     })
 }
 
+/// Bytes of keys and values a decoding case's calls rotate over: several
+/// times any last-level cache.
+const ROTATE_BYTES: usize = 256 << 20;
+
 fn main() {
     let smoke = !std::env::args().any(|a| a == "--bench");
     let only = std::env::var("LAMINA_BENCH_ONLY").ok();
     let pool = SpinPool::new(rayon::current_num_threads());
-    // (queries, keys): a prompt attending to itself, one token over a cache.
-    let cases: &[(usize, usize)] = if smoke {
-        &[(16, 16)]
+    // (queries, keys, head-major): a prompt attending to itself, one token
+    // over a cache, the cache's rows interleaved (every kv head in a row) or
+    // head-major (as the engine's cache holds them).
+    let cases: &[(usize, usize, bool)] = if smoke {
+        &[(16, 16, false), (1, 16, true)]
     } else {
-        &[(512, 512), (1, 4096)]
+        &[
+            (512, 512, false),
+            (1, 4096, false),
+            (1, 4096, true),
+            (1, 8192, false),
+            (1, 8192, true),
+        ]
     };
     for h in &MODELS {
         if only.as_deref().is_some_and(|o| !h.name.contains(o)) || (smoke && h.name != "qwen3-0.6b")
@@ -77,20 +93,38 @@ fn main() {
             scale: 1.0 / (h.head_dim as f32).sqrt(),
             softcap: None,
         };
-        for &(n_q, n_kv) in cases {
+        for &(n_q, n_kv, head_major) in cases {
             let q: Vec<f32> = values(n_q * h.n_head * h.head_dim, 1).collect();
             let kv_len = n_kv * h.n_head_kv * h.head_dim;
-            let k: Vec<f16> = values(kv_len, 2).map(f16::from_f32).collect();
-            let v: Vec<f16> = values(kv_len, 3).map(f16::from_f32).collect();
+            // A prompt's tile stays in cache by design; decoding's pass over
+            // a layer's cache does not, so its calls take one copy each in turn.
+            let copies = match n_q {
+                1 if !smoke => (ROTATE_BYTES / (4 * kv_len)).max(1),
+                _ => 1,
+            };
+            let caches: Vec<(Vec<f16>, Vec<f16>)> = (0..copies as u32)
+                .map(|c| {
+                    let k = values(kv_len, 2 + 2 * c).map(f16::from_f32).collect();
+                    let v = values(kv_len, 3 + 2 * c).map(f16::from_f32).collect();
+                    (k, v)
+                })
+                .collect();
+            let mut call = 0usize;
             let mut out = vec![0f32; q.len()];
             // Query `t` of the last `n_q` positions attends to every key up to its own.
             let keys = |t: usize| 0..n_kv - n_q + t + 1;
             let pairs: usize = (0..n_q).map(|t| keys(t).len()).sum();
             let flops = 4.0 * (pairs * h.n_head * h.head_dim) as f64;
             let mut time = || {
+                let (k, v) = &caches[call % copies];
+                call += 1;
                 let t = Instant::now();
-                let (k, v) = (KvRows::F16(&k), KvRows::F16(&v));
-                attention(&shape, &q, k, v, &keys, &mut out, &pool).unwrap();
+                let (k, v) = (KvRows::F16(k), KvRows::F16(v));
+                if head_major {
+                    attention_head_major(&shape, n_kv, &q, k, v, &keys, &mut out, &pool).unwrap();
+                } else {
+                    attention(&shape, &q, k, v, &keys, &mut out, &pool).unwrap();
+                }
                 t.elapsed().as_secs_f64()
             };
             let first = time();
@@ -103,11 +137,18 @@ fn main() {
             times.sort_by(f64::total_cmp);
             // The fastest call too: on a busy machine it is the steadier figure.
             let (dt, best) = (times[reps / 2], times[0]);
+            let bytes = 4 * kv_len;
+            let layout = if head_major {
+                "head-major"
+            } else {
+                "interleaved"
+            };
             eprintln!(
-                "{:14} {n_q:>4} queries x {n_kv:>5} keys  {:9.3} ms  {:7.1} GFLOP/s  (fastest {:9.3} ms)",
+                "{:14} {n_q:>4} queries x {n_kv:>5} keys {layout:11}  {:9.3} ms  {:7.1} GFLOP/s  {:6.1} GB/s of keys and values  (fastest {:9.3} ms)",
                 h.name,
                 dt * 1e3,
                 flops / dt / 1e9,
+                bytes as f64 / dt / 1e9,
                 best * 1e3
             );
         }

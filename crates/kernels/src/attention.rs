@@ -31,6 +31,13 @@
 //! row's result depends only on its query, its key range and the ISA, never
 //! on the other rows or heads of the call, so a token's output is the same
 //! alone or inside a batch.
+//!
+//! Keys and values come interleaved (a row holds every kv head: a prompt's
+//! own projections, [`attention`]) or head-major (each kv head's rows back
+//! to back: a cache, [`attention_head_major`]). A decoded token's pass over
+//! a long cache is one contiguous stream per kv head in the second layout;
+//! in the first it reads a head's slice of every row, a stride the memory
+//! system serves at a fraction of its bandwidth. Both give the same bits.
 
 use std::ops::Range;
 
@@ -88,6 +95,16 @@ impl KvRows<'_> {
 pub(crate) const Q8_0_VALUES: usize = 32;
 pub(crate) const Q8_0_BYTES: usize = 34;
 
+/// Where a kv head's rows lie in the key and value buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum KvLayout {
+    /// Row `j` holds every kv head, head `g` from `j · n_head_kv · head_dim
+    /// + g · head_dim`.
+    Interleaved,
+    /// Kv head `g`'s `rows` rows back to back from `g · rows · head_dim`.
+    HeadMajor { rows: usize },
+}
+
 /// Head layout and scaling of one attention call.
 #[derive(Clone, Copy, Debug)]
 pub struct AttnShape {
@@ -111,9 +128,10 @@ pub(crate) struct RowArgs<'a> {
     pub head_dim: usize,
     pub k: KvRows<'a>,
     pub v: KvRows<'a>,
-    /// Offset of the kv head inside each key/value row.
+    /// Index of the kv head's first value (key row 0).
     pub off: usize,
-    /// Values per key/value row (`n_head_kv × head_dim`).
+    /// Values from one of the kv head's rows to the next (`n_head_kv ×
+    /// head_dim` interleaved, `head_dim` head-major).
     pub kv_row: usize,
     /// The key rows attended to.
     pub keys: Range<usize>,
@@ -243,11 +261,63 @@ pub fn attention(
     attention_on(Isa::selected()?, shape, q, k, v, keys, out, pool)
 }
 
+/// [`attention`] over head-major key and value buffers: kv head `g`'s
+/// `rows` rows back to back from value `g · rows · head_dim` (so `k` and
+/// `v` hold `n_head_kv · rows · head_dim` values). The same bits as
+/// [`attention`] over the same rows interleaved.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_head_major(
+    shape: &AttnShape,
+    rows: usize,
+    q: &[f32],
+    k: KvRows<'_>,
+    v: KvRows<'_>,
+    keys: &(dyn Fn(usize) -> Range<usize> + Sync),
+    out: &mut [f32],
+    pool: &dyn ThreadPool,
+) -> Result<(), KernelError> {
+    let layout = KvLayout::HeadMajor { rows };
+    attention_layout(Isa::selected()?, shape, layout, q, k, v, keys, out, pool)
+}
+
+/// [`attention_head_major`] with the row kernel of `isa`, which this CPU
+/// must execute.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_head_major_on(
+    isa: Isa,
+    shape: &AttnShape,
+    rows: usize,
+    q: &[f32],
+    k: KvRows<'_>,
+    v: KvRows<'_>,
+    keys: &(dyn Fn(usize) -> Range<usize> + Sync),
+    out: &mut [f32],
+    pool: &dyn ThreadPool,
+) -> Result<(), KernelError> {
+    let layout = KvLayout::HeadMajor { rows };
+    attention_layout(isa, shape, layout, q, k, v, keys, out, pool)
+}
+
 /// [`attention`] with the row kernel of `isa`, which this CPU must execute.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_on(
     isa: Isa,
     shape: &AttnShape,
+    q: &[f32],
+    k: KvRows<'_>,
+    v: KvRows<'_>,
+    keys: &(dyn Fn(usize) -> Range<usize> + Sync),
+    out: &mut [f32],
+    pool: &dyn ThreadPool,
+) -> Result<(), KernelError> {
+    attention_layout(isa, shape, KvLayout::Interleaved, q, k, v, keys, out, pool)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn attention_layout(
+    isa: Isa,
+    shape: &AttnShape,
+    layout: KvLayout,
     q: &[f32],
     k: KvRows<'_>,
     v: KvRows<'_>,
@@ -294,7 +364,17 @@ pub fn attention_on(
     };
     let q_row = n_head * hd;
     let kv_row = n_head_kv * hd;
-    if !q.len().is_multiple_of(q_row) || q.len() != out.len() || k.len() != v.len() {
+    // Values from one of a kv head's rows to the next, and where head `g`'s
+    // first row starts.
+    let (stride, head_at) = match layout {
+        KvLayout::Interleaved => (kv_row, hd),
+        KvLayout::HeadMajor { rows } => (hd, rows * hd),
+    };
+    let whole = match layout {
+        KvLayout::Interleaved => true,
+        KvLayout::HeadMajor { rows } => rows.checked_mul(kv_row) == Some(k.len()),
+    };
+    if !q.len().is_multiple_of(q_row) || q.len() != out.len() || k.len() != v.len() || !whole {
         return Err(KernelError::AttentionBuffers {
             q: q.len(),
             out: out.len(),
@@ -483,7 +563,7 @@ pub fn attention_on(
                         }
                     }
                     for (i, j) in span.clone().enumerate() {
-                        let at = j * kv_row + g * hd;
+                        let at = j * stride + g * head_at;
                         ops::f16_to_f32(&k16[at..at + hd], &mut kw[i * hd..(i + 1) * hd]);
                         ops::f16_to_f32(&v16[at..at + hd], &mut vw[i * hd..(i + 1) * hd]);
                     }
@@ -497,7 +577,7 @@ pub fn attention_on(
                     );
                 });
             }
-            _ => run_rows(k, v, g * hd, kv_row, 0),
+            _ => run_rows(k, v, g * head_at, stride, 0),
         }
     });
     Ok(())

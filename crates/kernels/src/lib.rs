@@ -150,7 +150,8 @@ pub enum KernelError {
         head_dim: usize,
     },
     /// Attention buffers whose lengths disagree: queries not whole rows, an
-    /// output not the queries' length, or keys and values not alike.
+    /// output not the queries' length, keys and values not alike, or a
+    /// head-major buffer not whole heads of its rows.
     #[error("attention: q {q} values, out {out}, k {k}, v {v} (rows of {q_row} / {kv_row})")]
     AttentionBuffers {
         /// Query values.

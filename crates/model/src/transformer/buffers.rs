@@ -105,11 +105,17 @@ impl Workspace {
 /// Keys and values of past positions, per layer, for one or more sequences.
 /// Each sequence owns `n_ctx` consecutive rows of every layer's buffers, so
 /// a query of sequence `s` attends to one contiguous range of rows and a
-/// batch may mix sequences.
+/// batch may mix sequences. A layer's buffers are head-major: each kv
+/// head's rows (every sequence's) back to back, so decoding's pass over a
+/// long cache reads one contiguous stream per head rather than a head's
+/// slice of every row.
 #[derive(Debug)]
 pub struct KvCache {
     pub(super) n_ctx: usize,
     kv_dim: usize,
+    head_dim: usize,
+    /// Rows per kv head: every sequence's `n_ctx`.
+    n_rows: usize,
     /// Positions filled, per sequence.
     pub(super) lens: Vec<usize>,
     layers: Vec<(KvBuf, KvBuf)>,
@@ -195,6 +201,8 @@ impl KvCache {
         KvCache {
             n_ctx,
             kv_dim: hp.kv_dim(),
+            head_dim: hp.head_dim,
+            n_rows: n_seq * n_ctx,
             lens: vec![0; n_seq],
             layers: (0..hp.n_layer).map(|_| (buf(ty.k), buf(ty.v))).collect(),
         }
@@ -233,13 +241,17 @@ impl KvCache {
     pub fn copy_prefix(&mut self, from: usize, to: usize, n: usize) {
         let n = n.min(self.lens[from]).min(self.n_ctx);
         if from != to {
-            let (src, dst, m) = (self.row(from, 0), self.row(to, 0), n * self.kv_dim);
-            for (k, v) in &mut self.layers {
-                for b in [k, v] {
-                    match b {
-                        KvBuf::F16(d) => d.copy_within(src..src + m, dst),
-                        KvBuf::F32(d) => d.copy_within(src..src + m, dst),
-                        KvBuf::Q8_0(d) => d.copy_within(src / QK..(src + m) / QK, dst / QK),
+            let hd = self.head_dim;
+            let m = n * hd;
+            for g in 0..self.kv_dim / hd {
+                let (src, dst) = (self.at(g, self.base(from)), self.at(g, self.base(to)));
+                for (k, v) in &mut self.layers {
+                    for b in [&mut *k, &mut *v] {
+                        match b {
+                            KvBuf::F16(d) => d.copy_within(src..src + m, dst),
+                            KvBuf::F32(d) => d.copy_within(src..src + m, dst),
+                            KvBuf::Q8_0(d) => d.copy_within(src / QK..(src + m) / QK, dst / QK),
+                        }
                     }
                 }
             }
@@ -252,47 +264,68 @@ impl KvCache {
         seq * self.n_ctx
     }
 
-    /// Index of the first value of sequence `seq`'s position `pos`.
-    fn row(&self, seq: usize, pos: usize) -> usize {
-        (self.base(seq) + pos) * self.kv_dim
+    /// Index of kv head `g`'s first value in cache row `row`.
+    fn at(&self, g: usize, row: usize) -> usize {
+        (g * self.n_rows + row) * self.head_dim
     }
 
-    /// Writes rows of keys and values at cache row `row` of layer `il`.
+    /// Writes rows of keys and values at cache row `row` of layer `il`
+    /// (`k` and `v`: consecutive rows of every kv head, as projected).
     pub(super) fn store(&mut self, il: usize, row: usize, k: &[f32], v: &[f32]) {
-        let at = row * self.kv_dim;
+        let (hd, kvd, n_rows) = (self.head_dim, self.kv_dim, self.n_rows);
+        let n = k.len() / kvd;
         let (kb, vb) = &mut self.layers[il];
         for (src, dst) in [(k, kb), (v, vb)] {
-            match dst {
-                KvBuf::F16(d) => ops::f32_to_f16(src, &mut d[at..at + src.len()]),
-                KvBuf::F32(d) => d[at..at + src.len()].copy_from_slice(src),
-                // Rows are whole blocks (`mem::check_session`): ggml's quantizer.
-                KvBuf::Q8_0(d) => quantize_q8_0(src, &mut d[at / QK..(at + src.len()) / QK]),
+            for g in 0..kvd / hd {
+                for i in 0..n {
+                    let src = &src[i * kvd + g * hd..][..hd];
+                    // `self.at(g, row + i)`, with the layer borrowed.
+                    let at = (g * n_rows + row + i) * hd;
+                    match &mut *dst {
+                        KvBuf::F16(d) => ops::f32_to_f16(src, &mut d[at..at + hd]),
+                        KvBuf::F32(d) => d[at..at + hd].copy_from_slice(src),
+                        // Heads are whole blocks (`mem::check_session`): ggml's quantizer.
+                        KvBuf::Q8_0(d) => quantize_q8_0(src, &mut d[at / QK..(at + hd) / QK]),
+                    }
+                }
             }
         }
     }
 
-    /// The memory of layer `il`'s key and value rows `rows`.
-    pub(super) fn spans(&self, il: usize, rows: std::ops::Range<usize>) -> [Span; 2] {
-        let m = rows.start * self.kv_dim..rows.end * self.kv_dim;
+    /// The memory of layer `il`'s key and value rows `rows` of its first
+    /// two kv heads (where decoding's attention tasks start).
+    pub(super) fn spans(&self, il: usize, rows: std::ops::Range<usize>) -> [Span; 4] {
+        let heads = (self.kv_dim / self.head_dim).min(2);
         let (k, v) = &self.layers[il];
-        [k, v].map(|b| match b {
-            KvBuf::F16(d) => Span::of(&d[m.clone()]),
-            KvBuf::F32(d) => Span::of(&d[m.clone()]),
-            KvBuf::Q8_0(d) => Span::of(&d[m.start / QK..m.end / QK]),
+        let span = |b: &KvBuf, g: usize| {
+            let m = self.at(g, rows.start)..self.at(g, rows.end);
+            match b {
+                KvBuf::F16(d) => Span::of(&d[m]),
+                KvBuf::F32(d) => Span::of(&d[m]),
+                KvBuf::Q8_0(d) => Span::of(&d[m.start / QK..m.end / QK]),
+            }
+        };
+        std::array::from_fn(|i| {
+            let g = i / 2;
+            match (g < heads, i % 2) {
+                (false, _) => Span::default(),
+                (true, 0) => span(k, g),
+                (true, _) => span(v, g),
+            }
         })
     }
 
-    /// Layer `il`'s first `n` key and value rows (every sequence's).
-    pub(super) fn rows(&self, il: usize, n: usize) -> (KvRows<'_>, KvRows<'_>) {
-        fn view(b: &KvBuf, m: usize) -> KvRows<'_> {
+    /// Layer `il`'s keys and values, head-major, and the rows of each kv
+    /// head ([`lamina_kernels::attention::attention_head_major`]'s layout).
+    pub(super) fn heads(&self, il: usize) -> (KvRows<'_>, KvRows<'_>, usize) {
+        fn view(b: &KvBuf) -> KvRows<'_> {
             match b {
-                KvBuf::F16(d) => KvRows::F16(&d[..m]),
-                KvBuf::F32(d) => KvRows::F32(&d[..m]),
-                KvBuf::Q8_0(d) => KvRows::Q8_0(bytemuck::cast_slice(&d[..m / QK])),
+                KvBuf::F16(d) => KvRows::F16(d),
+                KvBuf::F32(d) => KvRows::F32(d),
+                KvBuf::Q8_0(d) => KvRows::Q8_0(bytemuck::cast_slice(d)),
             }
         }
-        let m = n * self.kv_dim;
         let (k, v) = &self.layers[il];
-        (view(k, m), view(v, m))
+        (view(k), view(v), self.n_rows)
     }
 }

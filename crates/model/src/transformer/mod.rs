@@ -29,7 +29,7 @@ mod buffers;
 mod tensors;
 
 use lamina_gguf::Gguf;
-use lamina_kernels::attention::{AttnShape, KvRows, attention};
+use lamina_kernels::attention::{AttnShape, KvRows, attention, attention_head_major};
 use lamina_kernels::ops;
 use lamina_kernels::pool::{ThreadPool, rows2};
 
@@ -450,14 +450,12 @@ impl Model {
             bufs, pos, kv_base, ..
         } = ws;
         let mut at = 0;
-        let mut rows_end = 0;
         for c in chunks {
             let (p0, base) = (cache.lens[c.seq], cache.base(c.seq));
             for i in 0..c.len {
                 pos[at + i] = p0 + i;
                 kv_base[at + i] = base;
             }
-            rows_end = rows_end.max(base + p0 + c.len);
             at += c.len;
         }
         bufs.t = t;
@@ -474,7 +472,6 @@ impl Model {
             let kv = KvWrite {
                 cache: &mut *cache,
                 chunks,
-                rows: rows_end,
             };
             self.layer(il, bufs, pos, Some(kv), &keys, pool)?;
         }
@@ -684,8 +681,8 @@ impl Model {
                     kv.cache.store(il, row, &b.k[r.clone()], &b.v[r]);
                     at += ch.len;
                 }
-                let (k, v) = kv.cache.rows(il, kv.rows);
-                attention(&shape, q, k, v, keys, att, pool).map_err(kernel)?
+                let (k, v, rows) = kv.cache.heads(il);
+                attention_head_major(&shape, rows, q, k, v, keys, att, pool).map_err(kernel)?
             }
         }
 
@@ -764,8 +761,6 @@ pub struct Chunk {
 struct KvWrite<'a> {
     cache: &'a mut KvCache,
     chunks: &'a [Chunk],
-    /// Cache rows attention reads (every chunk's end included).
-    rows: usize,
 }
 
 /// Refuses chunks that do not split `t` tokens, name a sequence the cache
