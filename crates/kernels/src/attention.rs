@@ -276,8 +276,7 @@ pub fn attention_head_major(
     out: &mut [f32],
     pool: &dyn ThreadPool,
 ) -> Result<(), KernelError> {
-    let layout = KvLayout::HeadMajor { rows };
-    attention_layout(Isa::selected()?, shape, layout, q, k, v, keys, out, pool)
+    attention_head_major_on(Isa::selected()?, shape, rows, q, k, v, keys, out, pool)
 }
 
 /// [`attention_head_major`] with the row kernel of `isa`, which this CPU
