@@ -115,18 +115,12 @@ fn check_depth(w: Workload, depth: usize) -> Result<()> {
     Ok(())
 }
 
-/// The --synth file, written first where missing (minutes for the large
-/// shapes, before anything is sampled).
-fn synth_model(args: &Args) -> Result<PathBuf> {
-    let name = args.synth.as_deref().unwrap_or_default();
+/// The random-weight file of shape `name`, written first where missing
+/// (minutes for the large shapes, before anything is sampled).
+fn synth_model(name: &str, ty: SynthType) -> Result<PathBuf> {
     let shape = synth::find(name.trim())?;
-    let path = synth::ensure(shape, args.synth_type, DEFAULT_SEED)?;
-    eprintln!(
-        "profile: {} {}: {}",
-        shape.name,
-        args.synth_type.name(),
-        path.display()
-    );
+    let path = synth::ensure(shape, ty, DEFAULT_SEED)?;
+    eprintln!("profile: {} {}: {}", shape.name, ty.name(), path.display());
     Ok(path)
 }
 
@@ -140,8 +134,8 @@ pub(crate) fn run_cmd(args: Args) -> Result<()> {
     let runs = args.runs.unwrap_or(w.default_runs()).max(1);
     check_depth(w, args.depth)?;
     let model = match (&args.model, w) {
-        (None, _) if args.synth.is_some() => synth_model(&args)?,
         (Some(m), _) => resolve_model(m)?,
+        (None, _) if let Some(name) = &args.synth => synth_model(name, args.synth_type)?,
         (None, Workload::Pp | Workload::Tg) => {
             let dir = models::default_dir()?;
             [
@@ -261,6 +255,10 @@ fn workload_cmd(
             }
         }
         Workload::Pp if bench::generate::is_embedding_model(model) => {
+            ensure!(
+                depth == 0,
+                "--depth {depth}: an embedding model keeps no cache"
+            );
             // As `bench generate` does: an embedding model's prompt processing
             // is one embedding forward over the long text repeated 9 times.
             let text = [LONG_TEXT; 9].join(" ");
@@ -860,7 +858,10 @@ mod tests {
         );
         assert!(Cli::try_parse_from(["x", "pp", "--type", "q4_0"]).is_err());
         let cli = Cli::try_parse_from(["x", "pp", "--synth", "llama-65b"]).unwrap();
-        let err = synth_model(&cli.args).unwrap_err().to_string();
+        let name = cli.args.synth.as_deref().unwrap();
+        let err = synth_model(name, cli.args.synth_type)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("llama-65b"), "{err}");
     }
 

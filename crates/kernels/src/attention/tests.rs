@@ -788,13 +788,47 @@ fn head_major<T: Copy>(x: &[T], rows: usize, nkv: usize, hd: usize) -> Vec<T> {
     out
 }
 
-/// Head-major keys and values give every ISA the interleaved rows' bits:
-/// f32, f16 and Q8_0 rows, a prompt long enough for the tiles, the chunked
-/// walk and the widened rows, and decoding's single queries, with the
+/// Head-major keys and values give every ISA the interleaved rows' bits,
+/// f32, f16 and Q8_0 rows: a prompt whose kv groups of two heads take the
+/// tiles, one whose groups of four walk a long span through the chunked
+/// kernel (and widen their f16 rows), and a decoded token, each with the
 /// used rows a prefix of the buffer's (a cache not yet full).
 #[test]
 fn head_major_rows_give_the_interleaved_bits() {
-    let (nh, nkv, hd, rows) = (8usize, 2usize, 64usize, 300usize);
+    let tiles = |t: usize| 0..t + 31;
+    assert_head_major_is_interleaved(4, 2, 64, 300, 260, &tiles);
+    let chunked = |t: usize| 0..t + 661;
+    assert_head_major_is_interleaved(8, 2, 128, 720, 40, &chunked);
+    let decode = |_: usize| 0..290;
+    assert_head_major_is_interleaved(8, 2, 64, 300, 1, &decode);
+    // A head-major buffer must hold whole heads of `rows` rows.
+    let shape = AttnShape {
+        n_head: 8,
+        n_head_kv: 2,
+        head_dim: 64,
+        scale: 0.125,
+        softcap: None,
+    };
+    let (q, kv) = (pseudo(8 * 64, 44), pseudo(300 * 2 * 64, 45));
+    let mut out = vec![0.0; q.len()];
+    let (k, v) = (KvRows::F32(&kv), KvRows::F32(&kv));
+    let err = attention_head_major(&shape, 299, &q, k, v, &decode, &mut out, &Serial);
+    assert!(
+        matches!(err, Err(KernelError::AttentionBuffers { .. })),
+        "{err:?}"
+    );
+}
+
+/// `nq` queries of `nh` heads (`nkv` kv heads of `hd` values) against
+/// `rows` key rows, interleaved and head-major: the same bits on every ISA.
+fn assert_head_major_is_interleaved(
+    nh: usize,
+    nkv: usize,
+    hd: usize,
+    rows: usize,
+    nq: usize,
+    keys: &KeysFn,
+) {
     let shape = AttnShape {
         n_head: nh,
         n_head_kv: nkv,
@@ -810,15 +844,11 @@ fn head_major_rows_give_the_interleaved_bits() {
     let (v8, _) = q8_0(&vf);
     // Q8_0 head-major: the same blocks, each head's run of rows together.
     let blocks = |b: &[u8]| -> Vec<u8> {
-        let per_head = hd / Q8_0_VALUES * Q8_0_BYTES;
-        let chunks: Vec<[u8; 34]> = b
+        let chunks: Vec<[u8; Q8_0_BYTES]> = b
             .chunks_exact(Q8_0_BYTES)
             .map(|c| c.try_into().unwrap())
             .collect();
-        let heads = head_major(&chunks, rows, nkv, hd / Q8_0_VALUES);
-        let out: Vec<u8> = heads.concat();
-        assert_eq!(out.len(), rows * nkv * per_head);
-        out
+        head_major(&chunks, rows, nkv, hd / Q8_0_VALUES).concat()
     };
     let (k8h, v8h) = (blocks(&k8), blocks(&v8));
     let (kfh, vfh) = (
@@ -829,59 +859,37 @@ fn head_major_rows_give_the_interleaved_bits() {
         head_major(&kh, rows, nkv, hd),
         head_major(&vh, rows, nkv, hd),
     );
-    let prompt = |t: usize| 0..t + 31;
-    let decode = |_: usize| 0..290;
-    let cases: [(usize, &KeysFn); 2] = [(260, &prompt), (1, &decode)];
+    let q = pseudo(nq * nh * hd, 43);
     for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
-        for &(nq, keys) in &cases {
-            let q = pseudo(nq * nh * hd, 43);
-            let sides = [
-                (
-                    "f32",
-                    KvRows::F32(&kf),
-                    KvRows::F32(&vf),
-                    KvRows::F32(&kfh),
-                    KvRows::F32(&vfh),
-                ),
-                (
-                    "f16",
-                    KvRows::F16(&kh),
-                    KvRows::F16(&vh),
-                    KvRows::F16(&khh),
-                    KvRows::F16(&vhh),
-                ),
-                (
-                    "q8_0",
-                    KvRows::Q8_0(&k8),
-                    KvRows::Q8_0(&v8),
-                    KvRows::Q8_0(&k8h),
-                    KvRows::Q8_0(&v8h),
-                ),
-            ];
-            for (name, k, v, kh, vh) in sides {
-                let pool = Rayon;
-                let mut want = vec![f32::NAN; q.len()];
-                attention_on(isa, &shape, &q, k, v, keys, &mut want, &pool).unwrap();
-                let mut got = vec![f32::NAN; q.len()];
-                attention_head_major_on(isa, &shape, rows, &q, kh, vh, keys, &mut got, &pool)
-                    .unwrap();
-                for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-                    assert_eq!(
-                        a.to_bits(),
-                        b.to_bits(),
-                        "{isa} {name} {nq} queries value {i}: {a} vs {b}"
-                    );
-                }
+        let sides = [
+            (
+                "f32",
+                [KvRows::F32(&kf), KvRows::F32(&vf)],
+                [KvRows::F32(&kfh), KvRows::F32(&vfh)],
+            ),
+            (
+                "f16",
+                [KvRows::F16(&kh), KvRows::F16(&vh)],
+                [KvRows::F16(&khh), KvRows::F16(&vhh)],
+            ),
+            (
+                "q8_0",
+                [KvRows::Q8_0(&k8), KvRows::Q8_0(&v8)],
+                [KvRows::Q8_0(&k8h), KvRows::Q8_0(&v8h)],
+            ),
+        ];
+        for (name, [k, v], [kh, vh]) in sides {
+            let mut want = vec![f32::NAN; q.len()];
+            attention_on(isa, &shape, &q, k, v, keys, &mut want, &Rayon).unwrap();
+            let mut got = vec![f32::NAN; q.len()];
+            attention_head_major_on(isa, &shape, rows, &q, kh, vh, keys, &mut got, &Rayon).unwrap();
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(
+                    a.to_bits(),
+                    b.to_bits(),
+                    "{isa} {name}, {nh} heads of {hd}, {nq} queries, value {i}: {a} vs {b}"
+                );
             }
         }
     }
-    // A head-major buffer must hold whole heads of `rows` rows.
-    let q = pseudo(nh * hd, 44);
-    let mut out = vec![0.0; q.len()];
-    let (k, v) = (KvRows::F32(&kfh), KvRows::F32(&vfh));
-    let err = attention_head_major(&shape, rows - 1, &q, k, v, &decode, &mut out, &Serial);
-    assert!(
-        matches!(err, Err(KernelError::AttentionBuffers { .. })),
-        "{err:?}"
-    );
 }
