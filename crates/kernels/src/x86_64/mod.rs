@@ -396,6 +396,19 @@ const AVX512_Q4_0: TypeKernels = TypeKernels {
         quantize_prepared: Some(avx2::quantize_prepared_q4_0),
         ..AVX512_LEGACY_PANEL
     }),
+    stored: Some(StoredPanelFns {
+        store: panel::store_q4_0,
+        row: panel::stored_row_q4_0,
+        dequantize_row: panel::stored_dequantize_row_q4_0,
+        single: avx512::stored_single_q4_0,
+        single_reads_quantized: false,
+        wide: avx512::panel8_stored_q4_0,
+        narrow: avx512::panel4_stored_q4_0,
+        pair: None,
+        many: None,
+        block_bytes: panel::STORED_Q4_0_BLOCK,
+        unpack: Some(avx512::unpack_stored_q4_0),
+    }),
     ..AVX2_Q4_0
 };
 

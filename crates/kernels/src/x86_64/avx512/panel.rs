@@ -19,16 +19,37 @@ pub(crate) unsafe fn load512(p: *const u8) -> __m512i {
 
 /// How a legacy panel's blocks are laid out: unpacked per call
 /// ([`crate::panel::LEGACY_BLOCK`]), or stored
-/// ([`crate::panel::STORED_Q8_0_BLOCK`], [`crate::panel::STORED_Q5_0_BLOCK`]).
+/// ([`crate::panel::STORED_Q8_0_BLOCK`], [`crate::panel::STORED_Q5_0_BLOCK`],
+/// [`crate::panel::STORED_Q4_0_BLOCK`]).
 const UNPACKED: u8 = 0;
 pub(super) const STORED_Q8_0: u8 = 1;
 pub(super) const STORED_Q5_0: u8 = 2;
+pub(super) const STORED_Q4_0: u8 = 3;
 
 pub(super) const fn legacy_block_bytes(form: u8) -> usize {
     match form {
         UNPACKED => crate::panel::LEGACY_BLOCK,
         STORED_Q8_0 => crate::panel::STORED_Q8_0_BLOCK,
-        _ => crate::panel::STORED_Q5_0_BLOCK,
+        STORED_Q5_0 => crate::panel::STORED_Q5_0_BLOCK,
+        _ => crate::panel::STORED_Q4_0_BLOCK,
+    }
+}
+
+/// The eight quant dwords of a stored Q4_0 or Q5_0 block's nibbles (four
+/// 64-byte runs at `wb`, low nibbles first): the fifth bits not yet added.
+#[inline(always)]
+unsafe fn stored_nibbles(wb: *const u8) -> [__m512i; 8] {
+    // SAFETY: 256 readable bytes at `wb` (the caller's contract); AVX-512
+    // F/BW are enabled in the callers.
+    unsafe {
+        let low = _mm512_set1_epi8(0x0F);
+        let mut w = [_mm512_setzero_si512(); 8];
+        for j in 0..4 {
+            let p = load512(wb.add(64 * j));
+            w[j] = _mm512_and_si512(p, low);
+            w[j + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(p), low);
+        }
+        w
     }
 }
 
@@ -48,18 +69,13 @@ pub(super) unsafe fn legacy_block<const FORM: u8>(wb: *const u8) -> ([__m512i; 8
                 std::array::from_fn(|k| load512(wb.add(64 * k))),
                 load16_f16(wb.add(512)),
             ),
+            STORED_Q4_0 => (stored_nibbles(wb), load16_f16(wb.add(256))),
             _ => {
                 // Nibbles, then each dword's fifth bits added as 16 per byte.
-                let low = _mm512_set1_epi8(0x0F);
                 let sixteen = _mm512_set1_epi8(0x10);
-                // Plain loops: a closure here would not inherit the callers'
+                let mut w = stored_nibbles(wb);
+                // A plain loop: a closure here would not inherit the callers'
                 // target features, and one too large to inline is far slower.
-                let mut w = [_mm512_setzero_si512(); 8];
-                for j in 0..4 {
-                    let p = load512(wb.add(64 * j));
-                    w[j] = _mm512_and_si512(p, low);
-                    w[j + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(p), low);
-                }
                 for (k, w) in w.iter_mut().enumerate() {
                     let mask: __mmask64 = wb.add(256 + 8 * k).cast::<u64>().read_unaligned();
                     *w = _mm512_mask_add_epi8(*w, mask, *w, sixteen);
@@ -203,6 +219,9 @@ kernel_fns! { panels avx512;
     "stored Q5_0", 32, crate::panel::STORED_Q5_0_BLOCK, crate::panel::LEGACY_ACT
         => panel8_stored_q5_0, panel4_stored_q5_0
         = |nb, panel, acts, arow, out| legacy_panel::<T, STORED_Q5_0>(nb, panel, acts, arow, out, crate::prefetch::batch_ahead());
+    "stored Q4_0", 32, crate::panel::STORED_Q4_0_BLOCK, crate::panel::LEGACY_ACT
+        => panel8_stored_q4_0, panel4_stored_q4_0
+        = |nb, panel, acts, arow, out| legacy_panel::<T, STORED_Q4_0>(nb, panel, acts, arow, out, crate::prefetch::batch_ahead());
     "Q2_K", 256, crate::panel::Q2_K_BLOCK, crate::panel::Q4_K_ACT
         => panel8_q2_k, panel4_q2_k
         = |nb, panel, acts, arow, out| q2_k_panel::<T>(nb, panel, acts, arow, out);

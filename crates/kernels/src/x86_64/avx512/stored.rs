@@ -37,42 +37,41 @@ unsafe fn stored_single<const FORM: u8>(
     }
 }
 
-target_fns! { avx512:
-    unsafe fn k_stored_single_q8_0(
-        nb: usize,
-        panels: *const u8,
-        n: usize,
-        act: *const u8,
-        out: *mut f32,
-        ahead: usize,
-    ) {
-        // SAFETY: forwarded from the wrapper's checks.
-        unsafe { stored_single::<STORED_Q8_0>(nb, panels, n, act, out, ahead) }
-    }
+/// The one-token kernels over stored legacy panels, one per form.
+macro_rules! stored_single_fns {
+    ($($name:ident => $form:ident),* $(,)?) => {$(
+        target_fns! { avx512:
+            unsafe fn $name(
+                nb: usize,
+                panels: *const u8,
+                n: usize,
+                act: *const u8,
+                out: *mut f32,
+                ahead: usize,
+            ) {
+                // SAFETY: forwarded from the wrapper's checks.
+                unsafe { stored_single::<$form>(nb, panels, n, act, out, ahead) }
+            }
+        }
+    )*};
 }
 
-target_fns! { avx512:
-    unsafe fn k_stored_single_q5_0(
-        nb: usize,
-        panels: *const u8,
-        n: usize,
-        act: *const u8,
-        out: *mut f32,
-        ahead: usize,
-    ) {
-        // SAFETY: forwarded from the wrapper's checks.
-        unsafe { stored_single::<STORED_Q5_0>(nb, panels, n, act, out, ahead) }
-    }
+stored_single_fns! {
+    k_stored_single_q8_0 => STORED_Q8_0,
+    k_stored_single_q5_0 => STORED_Q5_0,
+    k_stored_single_q4_0 => STORED_Q4_0,
 }
 
+/// `nb` stored legacy blocks of `FORM` → `nb` legacy panel blocks.
 #[inline(always)]
-unsafe fn unpack_stored_q5_0_body(nb: usize, panel: *const u8, out: *mut u8) {
-    use crate::panel::{LEGACY_BLOCK, STORED_Q5_0_BLOCK};
+unsafe fn unpack_stored_legacy<const FORM: u8>(nb: usize, panel: *const u8, out: *mut u8) {
+    use crate::panel::LEGACY_BLOCK;
+    let block = legacy_block_bytes(FORM);
     // SAFETY: `nb` stored blocks in and `nb` legacy blocks out (the wrapper's
     // checks); the features are enabled.
     unsafe {
         for i in 0..nb {
-            let (w, dw) = legacy_block::<STORED_Q5_0>(panel.add(i * STORED_Q5_0_BLOCK));
+            let (w, dw) = legacy_block::<FORM>(panel.add(i * block));
             let dst = out.add(i * LEGACY_BLOCK);
             for (k, w) in w.into_iter().enumerate() {
                 _mm512_storeu_si512(dst.add(64 * k).cast(), w);
@@ -85,7 +84,12 @@ unsafe fn unpack_stored_q5_0_body(nb: usize, panel: *const u8, out: *mut u8) {
 target_fns! { avx512:
     unsafe fn k_unpack_stored_q5_0(nb: usize, panel: *const u8, out: *mut u8) {
         // SAFETY: forwarded from the caller's contract.
-        unsafe { unpack_stored_q5_0_body(nb, panel, out) }
+        unsafe { unpack_stored_legacy::<STORED_Q5_0>(nb, panel, out) }
+    }
+
+    unsafe fn k_unpack_stored_q4_0(nb: usize, panel: *const u8, out: *mut u8) {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { unpack_stored_legacy::<STORED_Q4_0>(nb, panel, out) }
     }
 }
 
@@ -148,6 +152,13 @@ const SHAPE_Q5_0: StoredShape = StoredShape {
     ty: "Q5_0",
     values: 32,
     block: crate::panel::STORED_Q5_0_BLOCK,
+    act_block: crate::panel::LEGACY_ACT,
+    panel_block: crate::panel::LEGACY_BLOCK,
+};
+const SHAPE_Q4_0: StoredShape = StoredShape {
+    ty: "Q4_0",
+    values: 32,
+    block: crate::panel::STORED_Q4_0_BLOCK,
     act_block: crate::panel::LEGACY_ACT,
     panel_block: crate::panel::LEGACY_BLOCK,
 };
@@ -244,6 +255,9 @@ pub(crate) fn stored_single_q8_0(cols: usize, panels: &[u8], act: &[u8], out: &m
 pub(crate) fn stored_single_q5_0(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
     stored_single_call(&SHAPE_Q5_0, k_stored_single_q5_0, cols, panels, act, out)
 }
+pub(crate) fn stored_single_q4_0(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
+    stored_single_call(&SHAPE_Q4_0, k_stored_single_q4_0, cols, panels, act, out)
+}
 pub(crate) fn stored_single_q4_k(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
     stored_single_call(&SHAPE_Q4_K, k_stored_single_q4_k, cols, panels, act, out)
 }
@@ -252,10 +266,13 @@ pub(crate) fn stored_single_q6_k(cols: usize, panels: &[u8], act: &[u8], out: &m
 }
 
 /// A stored panel → the panel its type's kernels read (the legacy panel for
-/// Q5_0), with the stored kernels' expansion (checked against the file's
-/// rows unpacked).
+/// Q5_0 and Q4_0), with the stored kernels' expansion (checked against the
+/// file's rows unpacked).
 pub(crate) fn unpack_stored_q5_0(cols: usize, panel: &[u8], out: &mut [u8]) {
     unpack_stored_call(&SHAPE_Q5_0, k_unpack_stored_q5_0, cols, panel, out)
+}
+pub(crate) fn unpack_stored_q4_0(cols: usize, panel: &[u8], out: &mut [u8]) {
+    unpack_stored_call(&SHAPE_Q4_0, k_unpack_stored_q4_0, cols, panel, out)
 }
 pub(crate) fn unpack_stored_q6_k(cols: usize, panel: &[u8], out: &mut [u8]) {
     unpack_stored_call(&SHAPE_Q6_K, k_unpack_stored_q6_k, cols, panel, out)
