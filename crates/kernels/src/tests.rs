@@ -153,7 +153,8 @@ mod miri_avx512 {
     fn q5_0() {
         run(GgmlType::Q5_0);
     }
-    /// Q4_1, Q5_1 and Q2_K keep AVX2's row kernels and add VNNI panels.
+    /// Q4_1, Q5_1 and Q2_K keep AVX2's row kernels and add VNNI panels
+    /// (and stored panels for Q4_1 and Q5_1).
     #[test]
     fn panels_without_tiles() {
         if !runs_here(Isa::Avx512Vnni) {
@@ -169,6 +170,8 @@ mod miri_avx512 {
                 for (seed, style, blocks) in [(1, 0, 3), (2, 4, 2)] {
                     check_dot_only(k, seed, blocks, style);
                 }
+                // Q4_1 and Q5_1 are stored as panels (Q2_K is not).
+                check_stored_single(k, 6, 3);
             } else {
                 for (seed, style) in [(1, 0), (2, 4), (3, 13)] {
                     check_case(k, seed, 3, style);

@@ -1,4 +1,4 @@
-//! Stored panels: a Q8_0, Q4_0, Q5_0, Q4_K or Q6_K matrix whose rows come
+//! Stored panels: a Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q4_K or Q6_K matrix whose rows come
 //! in whole panels can be *stored* as panels (rewritten once, at load).
 //! Decoding then reads sixteen rows per 512-bit vector with one broadcast
 //! activation dword per `vpdpbusd`, far fewer instructions per byte than the
@@ -98,6 +98,16 @@ pub(crate) const STORED_Q5_0_BLOCK: usize = 352;
 /// f16. A kernel rebuilds the legacy panel's quants `w + 8` with two ands
 /// and a shift per 64 bytes.
 pub(crate) const STORED_Q4_0_BLOCK: usize = 288;
+
+/// Bytes per block of a stored Q4_1 panel, exactly the sixteen rows'
+/// blocks (20 bytes each): a stored Q4_0 block of the quants and `d`
+/// ([`STORED_Q4_0_BLOCK`]), then the rows' `m` as f16.
+pub(crate) const STORED_Q4_1_BLOCK: usize = STORED_Q4_0_BLOCK + 32;
+
+/// Bytes per block of a stored Q5_1 panel, exactly the sixteen rows'
+/// blocks (24 bytes each): a stored Q5_0 block of the quants and `d`
+/// ([`STORED_Q5_0_BLOCK`]), then the rows' `m` as f16.
+pub(crate) const STORED_Q5_1_BLOCK: usize = STORED_Q5_0_BLOCK + 32;
 
 /// Checks a stored panel's shape (`block` bytes per stored block of `ty`);
 /// returns its blocks per row.
@@ -223,6 +233,24 @@ pub(crate) fn stored_dequantize_row_q8_0(cols: usize, panel: &[u8], r: usize, ou
     stored_dequantize_row(GgmlType::Q8_0, cols, panel, r, out, stored_q8_0_row_block);
 }
 
+/// Row `r`'s five-bit quants (`qh`, then the nibbles at `qs`) into the
+/// first 320 bytes of a stored Q5_0 or Q5_1 block.
+#[inline(always)]
+fn store_q5_quants(r: usize, qh: u32, qs: &[u8], dst: &mut [u8]) {
+    for j in 0..4 {
+        dst[64 * j + 4 * r..64 * j + 4 * r + 4].copy_from_slice(&qs[4 * j..4 * j + 4]);
+    }
+    // Nibble `k` of the row's `qh` into nibble `r` of mask `k`: one byte
+    // each, where a read-modify-write of the whole mask per row waited on
+    // the last row's.
+    let shift = 4 * (r % 2);
+    for k in 0..8 {
+        let at = 256 + 8 * k + r / 2;
+        let nibble = ((qh >> (4 * k)) & 0xF) as u8;
+        dst[at] = (dst[at] & !(0xF << shift)) | nibble << shift;
+    }
+}
+
 pub(crate) fn store_q5_0(cols: usize, rows: &[u8], out: &mut [u8]) {
     store_blocks(
         GgmlType::Q5_0,
@@ -230,22 +258,45 @@ pub(crate) fn store_q5_0(cols: usize, rows: &[u8], out: &mut [u8]) {
         rows,
         out,
         |r, b: &[u8; 22], dst: &mut [u8; STORED_Q5_0_BLOCK]| {
-            for j in 0..4 {
-                dst[64 * j + 4 * r..64 * j + 4 * r + 4].copy_from_slice(&b[6 + 4 * j..10 + 4 * j]);
-            }
-            let qh = u32_at(b, 2);
-            // Nibble `k` of the row's `qh` into nibble `r` of mask `k`: one
-            // byte each, where a read-modify-write of the whole mask per row
-            // waited on the last row's.
-            let shift = 4 * (r % 2);
-            for k in 0..8 {
-                let at = 256 + 8 * k + r / 2;
-                let nibble = ((qh >> (4 * k)) & 0xF) as u8;
-                dst[at] = (dst[at] & !(0xF << shift)) | nibble << shift;
-            }
+            store_q5_quants(r, u32_at(b, 2), &b[6..], dst);
             dst[320 + 2 * r..322 + 2 * r].copy_from_slice(&b[..2]);
         },
     );
+}
+
+pub(crate) fn store_q5_1(cols: usize, rows: &[u8], out: &mut [u8]) {
+    store_blocks(
+        GgmlType::Q5_1,
+        cols,
+        rows,
+        out,
+        |r, b: &[u8; 24], dst: &mut [u8; STORED_Q5_1_BLOCK]| {
+            store_q5_quants(r, u32_at(b, 4), &b[8..], dst);
+            dst[320 + 2 * r..322 + 2 * r].copy_from_slice(&b[..2]);
+            dst[352 + 2 * r..354 + 2 * r].copy_from_slice(&b[2..4]);
+        },
+    );
+}
+
+/// Row `r`'s block, in ggml's layout, of a stored Q5_1 block.
+#[inline(always)]
+fn stored_q5_1_row_block(src: &[u8; STORED_Q5_1_BLOCK], r: usize) -> [u8; 24] {
+    let mut b = [0u8; 24];
+    b[..2].copy_from_slice(&src[320 + 2 * r..322 + 2 * r]);
+    b[2..4].copy_from_slice(&src[352 + 2 * r..354 + 2 * r]);
+    put(&mut b, 4, stored_q5_0_qh(src, r).to_le_bytes());
+    for j in 0..4 {
+        b[8 + 4 * j..12 + 4 * j].copy_from_slice(&src[64 * j + 4 * r..64 * j + 4 * r + 4]);
+    }
+    b
+}
+
+pub(crate) fn stored_row_q5_1(cols: usize, panel: &[u8], r: usize, out: &mut [u8]) {
+    stored_row(GgmlType::Q5_1, cols, panel, r, out, stored_q5_1_row_block);
+}
+
+pub(crate) fn stored_dequantize_row_q5_1(cols: usize, panel: &[u8], r: usize, out: &mut [f32]) {
+    stored_dequantize_row(GgmlType::Q5_1, cols, panel, r, out, stored_q5_1_row_block);
 }
 
 /// Row `r`'s fifth bits (ggml's `qh`) of a stored Q5_0 block.
@@ -279,6 +330,15 @@ pub(crate) fn stored_dequantize_row_q5_0(cols: usize, panel: &[u8], r: usize, ou
     stored_dequantize_row(GgmlType::Q5_0, cols, panel, r, out, stored_q5_0_row_block);
 }
 
+/// Row `r`'s nibbles (at `qs`) into the first 256 bytes of a stored Q4_0
+/// or Q4_1 block.
+#[inline(always)]
+fn store_q4_quants(r: usize, qs: &[u8], dst: &mut [u8]) {
+    for j in 0..4 {
+        dst[64 * j + 4 * r..64 * j + 4 * r + 4].copy_from_slice(&qs[4 * j..4 * j + 4]);
+    }
+}
+
 pub(crate) fn store_q4_0(cols: usize, rows: &[u8], out: &mut [u8]) {
     store_blocks(
         GgmlType::Q4_0,
@@ -286,12 +346,44 @@ pub(crate) fn store_q4_0(cols: usize, rows: &[u8], out: &mut [u8]) {
         rows,
         out,
         |r, b: &[u8; 18], dst: &mut [u8; STORED_Q4_0_BLOCK]| {
-            for j in 0..4 {
-                dst[64 * j + 4 * r..64 * j + 4 * r + 4].copy_from_slice(&b[2 + 4 * j..6 + 4 * j]);
-            }
+            store_q4_quants(r, &b[2..], dst);
             dst[256 + 2 * r..258 + 2 * r].copy_from_slice(&b[..2]);
         },
     );
+}
+
+pub(crate) fn store_q4_1(cols: usize, rows: &[u8], out: &mut [u8]) {
+    store_blocks(
+        GgmlType::Q4_1,
+        cols,
+        rows,
+        out,
+        |r, b: &[u8; 20], dst: &mut [u8; STORED_Q4_1_BLOCK]| {
+            store_q4_quants(r, &b[4..], dst);
+            dst[256 + 2 * r..258 + 2 * r].copy_from_slice(&b[..2]);
+            dst[288 + 2 * r..290 + 2 * r].copy_from_slice(&b[2..4]);
+        },
+    );
+}
+
+/// Row `r`'s block, in ggml's layout, of a stored Q4_1 block.
+#[inline(always)]
+fn stored_q4_1_row_block(src: &[u8; STORED_Q4_1_BLOCK], r: usize) -> [u8; 20] {
+    let mut b = [0u8; 20];
+    b[..2].copy_from_slice(&src[256 + 2 * r..258 + 2 * r]);
+    b[2..4].copy_from_slice(&src[288 + 2 * r..290 + 2 * r]);
+    for j in 0..4 {
+        b[4 + 4 * j..8 + 4 * j].copy_from_slice(&src[64 * j + 4 * r..64 * j + 4 * r + 4]);
+    }
+    b
+}
+
+pub(crate) fn stored_row_q4_1(cols: usize, panel: &[u8], r: usize, out: &mut [u8]) {
+    stored_row(GgmlType::Q4_1, cols, panel, r, out, stored_q4_1_row_block);
+}
+
+pub(crate) fn stored_dequantize_row_q4_1(cols: usize, panel: &[u8], r: usize, out: &mut [f32]) {
+    stored_dequantize_row(GgmlType::Q4_1, cols, panel, r, out, stored_q4_1_row_block);
 }
 
 /// Row `r`'s block, in ggml's layout, of a stored Q4_0 block.

@@ -429,6 +429,19 @@ const AVX512_OFFSET_PANEL: PanelFns = PanelFns {
 const AVX512_Q4_1: TypeKernels = TypeKernels {
     isa: Isa::Avx512Vnni,
     panel: Some(AVX512_OFFSET_PANEL),
+    stored: Some(StoredPanelFns {
+        store: panel::store_q4_1,
+        row: panel::stored_row_q4_1,
+        dequantize_row: panel::stored_dequantize_row_q4_1,
+        single: avx512::stored_single_q4_1,
+        single_reads_quantized: false,
+        wide: avx512::panel8_stored_q4_1,
+        narrow: avx512::panel4_stored_q4_1,
+        pair: None,
+        many: None,
+        block_bytes: panel::STORED_Q4_1_BLOCK,
+        unpack: Some(avx512::unpack_stored_q4_1),
+    }),
     ..AVX2_Q4_1
 };
 
@@ -437,6 +450,19 @@ const AVX512_Q5_1: TypeKernels = TypeKernels {
     panel: Some(PanelFns {
         unpack: avx512::unpack_q5_1,
         ..AVX512_OFFSET_PANEL
+    }),
+    stored: Some(StoredPanelFns {
+        store: panel::store_q5_1,
+        row: panel::stored_row_q5_1,
+        dequantize_row: panel::stored_dequantize_row_q5_1,
+        single: avx512::stored_single_q5_1,
+        single_reads_quantized: false,
+        wide: avx512::panel8_stored_q5_1,
+        narrow: avx512::panel4_stored_q5_1,
+        pair: None,
+        many: None,
+        block_bytes: panel::STORED_Q5_1_BLOCK,
+        unpack: Some(avx512::unpack_stored_q5_1),
     }),
     ..AVX2_Q5_1
 };

@@ -151,29 +151,74 @@ unsafe fn legacy_panel<const T: usize, const FORM: u8>(
     }
 }
 
-/// A Q4_1 or Q5_1 panel ([`crate::panel::OFFSET_BLOCK`]) of `nb` blocks
-/// against `T` prepared Q8_1 rows `arow` bytes apart, with the row
-/// kernel's four chains: `d_w·d_a·Σ q·a` and `m_w·s_a`, each over even and
-/// odd blocks, then `(even + odd) + (even mins + odd mins)`. The minimum
-/// terms run in a pass of their own, so neither pass spills registers.
+/// How a Q4_1 or Q5_1 panel's blocks are laid out: unpacked per call
+/// ([`crate::panel::OFFSET_BLOCK`]), or stored
+/// ([`crate::panel::STORED_Q4_1_BLOCK`], [`crate::panel::STORED_Q5_1_BLOCK`]):
+/// a stored Q4_0 or Q5_0 block (the quants and `d`) and then the rows' `m`
+/// as f16, so the stored forms are named by those legacy forms.
+pub(super) const fn offset_block_bytes(form: u8) -> usize {
+    match form {
+        UNPACKED => crate::panel::OFFSET_BLOCK,
+        _ => legacy_block_bytes(form) + 32,
+    }
+}
+
+/// An offset panel block's quant dwords and `d`, and its `m`, from its
+/// `FORM` ([`offset_block_bytes`]).
 #[inline(always)]
-unsafe fn offset_panel<const T: usize>(
+unsafe fn offset_block<const FORM: u8>(wb: *const u8) -> ([__m512i; 8], __m512) {
+    // SAFETY: a whole block of the form (the caller's contract); AVX-512 F/BW
+    // are enabled in the callers.
+    unsafe {
+        match FORM {
+            UNPACKED => (
+                std::array::from_fn(|k| load512(wb.add(64 * k))),
+                _mm512_loadu_ps(wb.add(512).cast()),
+            ),
+            _ => legacy_block::<FORM>(wb),
+        }
+    }
+}
+
+/// An offset panel block's sixteen `m`, from its `FORM`.
+#[inline(always)]
+unsafe fn offset_mins<const FORM: u8>(wb: *const u8) -> __m512 {
+    // SAFETY: as for [`offset_block`].
+    unsafe {
+        match FORM {
+            UNPACKED => _mm512_loadu_ps(wb.add(576).cast()),
+            _ => load16_f16(wb.add(legacy_block_bytes(FORM))),
+        }
+    }
+}
+
+/// A Q4_1 or Q5_1 panel of `nb` blocks laid out as `FORM`
+/// ([`offset_block_bytes`]) against `T` prepared Q8_1 rows `arow` bytes
+/// apart, with the row kernel's four chains: `d_w·d_a·Σ q·a` and
+/// `m_w·s_a`, each over even and odd blocks, then `(even + odd) + (even
+/// mins + odd mins)`. The minimum terms run in a pass of their own, so
+/// neither pass spills registers. Each block's bytes are prefetched
+/// `ahead` bytes further on ([`crate::prefetch`]; 0: none).
+#[inline(always)]
+pub(super) unsafe fn offset_panel<const T: usize, const FORM: u8>(
     nb: usize,
     panel: *const u8,
     acts: *const u8,
     arow: usize,
     out: *mut f32,
+    ahead: usize,
 ) {
     // SAFETY: `nb` panel blocks, `T` prepared rows of `nb` blocks and `16·T`
     // floats of output (the wrapper's checks); features enabled in the callers.
     unsafe {
-        use crate::panel::{LEGACY_ACT, OFFSET_BLOCK};
+        use crate::panel::LEGACY_ACT;
+        let block = offset_block_bytes(FORM);
         let y = |t: usize, i: usize| acts.add(t * arow + i * LEGACY_ACT);
         let mut sums = [[_mm512_setzero_ps(); T]; 2];
         for i in 0..nb {
-            let wb = panel.add(i * OFFSET_BLOCK);
-            let w: [__m512i; 8] = std::array::from_fn(|k| load512(wb.add(64 * k)));
-            let dw = _mm512_loadu_ps(wb.add(512).cast());
+            let wb = panel.add(i * block);
+            stream_ahead(wb, ahead, block);
+            let (w, dw) = offset_block::<FORM>(wb);
             for (t, sum) in sums[i % 2].iter_mut().enumerate() {
                 let y = y(t, i);
                 // Two chains, so the tokens keep both `vpdpbusd` ports busy.
@@ -190,7 +235,7 @@ unsafe fn offset_panel<const T: usize>(
         }
         let mut mins = [[_mm512_setzero_ps(); T]; 2];
         for i in 0..nb {
-            let mw = _mm512_loadu_ps(panel.add(i * OFFSET_BLOCK + 576).cast());
+            let mw = offset_mins::<FORM>(panel.add(i * block));
             for (t, min) in mins[i % 2].iter_mut().enumerate() {
                 let s = _mm512_set1_ps(f32_at(y(t, i).add(36)));
                 *min = _mm512_fmadd_ps(mw, s, *min);
@@ -212,7 +257,7 @@ kernel_fns! { panels avx512;
         = |nb, panel, acts, arow, out| legacy_panel::<T, UNPACKED>(nb, panel, acts, arow, out, 0);
     "Q4_1/Q5_1", 32, crate::panel::OFFSET_BLOCK, crate::panel::LEGACY_ACT
         => panel8_offset, panel4_offset
-        = |nb, panel, acts, arow, out| offset_panel::<T>(nb, panel, acts, arow, out);
+        = |nb, panel, acts, arow, out| offset_panel::<T, UNPACKED>(nb, panel, acts, arow, out, 0);
     "stored Q8_0", 32, crate::panel::STORED_Q8_0_BLOCK, crate::panel::LEGACY_ACT
         => panel8_stored_q8_0, panel4_stored_q8_0
         = |nb, panel, acts, arow, out| legacy_panel::<T, STORED_Q8_0>(nb, panel, acts, arow, out, crate::prefetch::batch_ahead());
@@ -222,6 +267,12 @@ kernel_fns! { panels avx512;
     "stored Q4_0", 32, crate::panel::STORED_Q4_0_BLOCK, crate::panel::LEGACY_ACT
         => panel8_stored_q4_0, panel4_stored_q4_0
         = |nb, panel, acts, arow, out| legacy_panel::<T, STORED_Q4_0>(nb, panel, acts, arow, out, crate::prefetch::batch_ahead());
+    "stored Q4_1", 32, crate::panel::STORED_Q4_1_BLOCK, crate::panel::LEGACY_ACT
+        => panel8_stored_q4_1, panel4_stored_q4_1
+        = |nb, panel, acts, arow, out| offset_panel::<T, STORED_Q4_0>(nb, panel, acts, arow, out, crate::prefetch::batch_ahead());
+    "stored Q5_1", 32, crate::panel::STORED_Q5_1_BLOCK, crate::panel::LEGACY_ACT
+        => panel8_stored_q5_1, panel4_stored_q5_1
+        = |nb, panel, acts, arow, out| offset_panel::<T, STORED_Q5_0>(nb, panel, acts, arow, out, crate::prefetch::batch_ahead());
     "Q2_K", 256, crate::panel::Q2_K_BLOCK, crate::panel::Q4_K_ACT
         => panel8_q2_k, panel4_q2_k
         = |nb, panel, acts, arow, out| q2_k_panel::<T>(nb, panel, acts, arow, out);

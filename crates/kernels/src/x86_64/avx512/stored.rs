@@ -37,9 +37,10 @@ unsafe fn stored_single<const FORM: u8>(
     }
 }
 
-/// The one-token kernels over stored legacy panels, one per form.
+/// The one-token kernels over stored 32-value panels: each name, the body
+/// it runs and the stored form.
 macro_rules! stored_single_fns {
-    ($($name:ident => $form:ident),* $(,)?) => {$(
+    ($($name:ident => $body:ident::<$form:ident>),* $(,)?) => {$(
         target_fns! { avx512:
             unsafe fn $name(
                 nb: usize,
@@ -50,16 +51,64 @@ macro_rules! stored_single_fns {
                 ahead: usize,
             ) {
                 // SAFETY: forwarded from the wrapper's checks.
-                unsafe { stored_single::<$form>(nb, panels, n, act, out, ahead) }
+                unsafe { $body::<$form>(nb, panels, n, act, out, ahead) }
             }
         }
     )*};
 }
 
 stored_single_fns! {
-    k_stored_single_q8_0 => STORED_Q8_0,
-    k_stored_single_q5_0 => STORED_Q5_0,
-    k_stored_single_q4_0 => STORED_Q4_0,
+    k_stored_single_q8_0 => stored_single::<STORED_Q8_0>,
+    k_stored_single_q5_0 => stored_single::<STORED_Q5_0>,
+    k_stored_single_q4_0 => stored_single::<STORED_Q4_0>,
+    k_stored_single_q4_1 => stored_single_offset::<STORED_Q4_0>,
+    k_stored_single_q5_1 => stored_single_offset::<STORED_Q5_0>,
+}
+
+/// `n` stored Q4_1 or Q5_1 panels ([`offset_block_bytes`] of `FORM`)
+/// against one prepared row, each as [`offset_panel`] for one token.
+#[inline(always)]
+unsafe fn stored_single_offset<const FORM: u8>(
+    nb: usize,
+    panels: *const u8,
+    n: usize,
+    act: *const u8,
+    out: *mut f32,
+    ahead: usize,
+) {
+    let bytes = nb * offset_block_bytes(FORM);
+    // SAFETY: `n` panels of `nb` stored blocks, a prepared row of `nb` blocks
+    // and `16·n` floats of output (the wrapper's checks); the features are
+    // enabled in the callers.
+    unsafe {
+        for p in 0..n {
+            offset_panel::<1, FORM>(nb, panels.add(p * bytes), act, 0, out.add(16 * p), ahead);
+        }
+    }
+}
+
+/// `nb` stored Q4_1 or Q5_1 blocks of `FORM` → `nb` offset panel blocks.
+#[inline(always)]
+unsafe fn unpack_stored_offset<const FORM: u8>(nb: usize, panel: *const u8, out: *mut u8) {
+    use crate::panel::OFFSET_BLOCK;
+    let block = offset_block_bytes(FORM);
+    // SAFETY: `nb` stored blocks in and `nb` offset blocks out (the wrapper's
+    // checks); the features are enabled.
+    unsafe {
+        for i in 0..nb {
+            let wb = panel.add(i * block);
+            let (w, dw) = legacy_block::<FORM>(wb);
+            let dst = out.add(i * OFFSET_BLOCK);
+            for (k, w) in w.into_iter().enumerate() {
+                _mm512_storeu_si512(dst.add(64 * k).cast(), w);
+            }
+            _mm512_storeu_ps(dst.add(512).cast(), dw);
+            _mm512_storeu_ps(
+                dst.add(576).cast(),
+                load16_f16(wb.add(legacy_block_bytes(FORM))),
+            );
+        }
+    }
 }
 
 /// `nb` stored legacy blocks of `FORM` → `nb` legacy panel blocks.
@@ -90,6 +139,16 @@ target_fns! { avx512:
     unsafe fn k_unpack_stored_q4_0(nb: usize, panel: *const u8, out: *mut u8) {
         // SAFETY: forwarded from the caller's contract.
         unsafe { unpack_stored_legacy::<STORED_Q4_0>(nb, panel, out) }
+    }
+
+    unsafe fn k_unpack_stored_q4_1(nb: usize, panel: *const u8, out: *mut u8) {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { unpack_stored_offset::<STORED_Q4_0>(nb, panel, out) }
+    }
+
+    unsafe fn k_unpack_stored_q5_1(nb: usize, panel: *const u8, out: *mut u8) {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { unpack_stored_offset::<STORED_Q5_0>(nb, panel, out) }
     }
 }
 
@@ -161,6 +220,20 @@ const SHAPE_Q4_0: StoredShape = StoredShape {
     block: crate::panel::STORED_Q4_0_BLOCK,
     act_block: crate::panel::LEGACY_ACT,
     panel_block: crate::panel::LEGACY_BLOCK,
+};
+const SHAPE_Q4_1: StoredShape = StoredShape {
+    ty: "Q4_1",
+    values: 32,
+    block: crate::panel::STORED_Q4_1_BLOCK,
+    act_block: crate::panel::LEGACY_ACT,
+    panel_block: crate::panel::OFFSET_BLOCK,
+};
+const SHAPE_Q5_1: StoredShape = StoredShape {
+    ty: "Q5_1",
+    values: 32,
+    block: crate::panel::STORED_Q5_1_BLOCK,
+    act_block: crate::panel::LEGACY_ACT,
+    panel_block: crate::panel::OFFSET_BLOCK,
 };
 const SHAPE_Q4_K: StoredShape = StoredShape {
     ty: "Q4_K",
@@ -258,6 +331,12 @@ pub(crate) fn stored_single_q5_0(cols: usize, panels: &[u8], act: &[u8], out: &m
 pub(crate) fn stored_single_q4_0(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
     stored_single_call(&SHAPE_Q4_0, k_stored_single_q4_0, cols, panels, act, out)
 }
+pub(crate) fn stored_single_q4_1(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
+    stored_single_call(&SHAPE_Q4_1, k_stored_single_q4_1, cols, panels, act, out)
+}
+pub(crate) fn stored_single_q5_1(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
+    stored_single_call(&SHAPE_Q5_1, k_stored_single_q5_1, cols, panels, act, out)
+}
 pub(crate) fn stored_single_q4_k(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
     stored_single_call(&SHAPE_Q4_K, k_stored_single_q4_k, cols, panels, act, out)
 }
@@ -273,6 +352,13 @@ pub(crate) fn unpack_stored_q5_0(cols: usize, panel: &[u8], out: &mut [u8]) {
 }
 pub(crate) fn unpack_stored_q4_0(cols: usize, panel: &[u8], out: &mut [u8]) {
     unpack_stored_call(&SHAPE_Q4_0, k_unpack_stored_q4_0, cols, panel, out)
+}
+/// A stored Q4_1 or Q5_1 panel → their offset panel, likewise.
+pub(crate) fn unpack_stored_q4_1(cols: usize, panel: &[u8], out: &mut [u8]) {
+    unpack_stored_call(&SHAPE_Q4_1, k_unpack_stored_q4_1, cols, panel, out)
+}
+pub(crate) fn unpack_stored_q5_1(cols: usize, panel: &[u8], out: &mut [u8]) {
+    unpack_stored_call(&SHAPE_Q5_1, k_unpack_stored_q5_1, cols, panel, out)
 }
 pub(crate) fn unpack_stored_q6_k(cols: usize, panel: &[u8], out: &mut [u8]) {
     unpack_stored_call(&SHAPE_Q6_K, k_unpack_stored_q6_k, cols, panel, out)
