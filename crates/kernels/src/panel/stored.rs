@@ -237,9 +237,7 @@ pub(crate) fn stored_dequantize_row_q8_0(cols: usize, panel: &[u8], r: usize, ou
 /// first 320 bytes of a stored Q5_0 or Q5_1 block.
 #[inline(always)]
 fn store_q5_quants(r: usize, qh: u32, qs: &[u8], dst: &mut [u8]) {
-    for j in 0..4 {
-        dst[64 * j + 4 * r..64 * j + 4 * r + 4].copy_from_slice(&qs[4 * j..4 * j + 4]);
-    }
+    store_q4_quants(r, qs, dst);
     // Nibble `k` of the row's `qh` into nibble `r` of mask `k`: one byte
     // each, where a read-modify-write of the whole mask per row waited on
     // the last row's.
@@ -285,9 +283,7 @@ fn stored_q5_1_row_block(src: &[u8; STORED_Q5_1_BLOCK], r: usize) -> [u8; 24] {
     b[..2].copy_from_slice(&src[320 + 2 * r..322 + 2 * r]);
     b[2..4].copy_from_slice(&src[352 + 2 * r..354 + 2 * r]);
     put(&mut b, 4, stored_q5_0_qh(src, r).to_le_bytes());
-    for j in 0..4 {
-        b[8 + 4 * j..12 + 4 * j].copy_from_slice(&src[64 * j + 4 * r..64 * j + 4 * r + 4]);
-    }
+    stored_row_nibbles(src, r, &mut b[8..]);
     b
 }
 
@@ -316,9 +312,7 @@ fn stored_q5_0_row_block(src: &[u8; STORED_Q5_0_BLOCK], r: usize) -> [u8; 22] {
     let mut b = [0u8; 22];
     b[..2].copy_from_slice(&src[320 + 2 * r..322 + 2 * r]);
     put(&mut b, 2, stored_q5_0_qh(src, r).to_le_bytes());
-    for j in 0..4 {
-        b[6 + 4 * j..10 + 4 * j].copy_from_slice(&src[64 * j + 4 * r..64 * j + 4 * r + 4]);
-    }
+    stored_row_nibbles(src, r, &mut b[6..]);
     b
 }
 
@@ -328,6 +322,15 @@ pub(crate) fn stored_row_q5_0(cols: usize, panel: &[u8], r: usize, out: &mut [u8
 
 pub(crate) fn stored_dequantize_row_q5_0(cols: usize, panel: &[u8], r: usize, out: &mut [f32]) {
     stored_dequantize_row(GgmlType::Q5_0, cols, panel, r, out, stored_q5_0_row_block);
+}
+
+/// Row `r`'s sixteen nibble bytes, out of the first 256 bytes of a stored
+/// Q4_0, Q4_1, Q5_0 or Q5_1 block, into `qs`.
+#[inline(always)]
+fn stored_row_nibbles(src: &[u8], r: usize, qs: &mut [u8]) {
+    for j in 0..4 {
+        qs[4 * j..4 * j + 4].copy_from_slice(&src[64 * j + 4 * r..64 * j + 4 * r + 4]);
+    }
 }
 
 /// Row `r`'s nibbles (at `qs`) into the first 256 bytes of a stored Q4_0
@@ -372,9 +375,7 @@ fn stored_q4_1_row_block(src: &[u8; STORED_Q4_1_BLOCK], r: usize) -> [u8; 20] {
     let mut b = [0u8; 20];
     b[..2].copy_from_slice(&src[256 + 2 * r..258 + 2 * r]);
     b[2..4].copy_from_slice(&src[288 + 2 * r..290 + 2 * r]);
-    for j in 0..4 {
-        b[4 + 4 * j..8 + 4 * j].copy_from_slice(&src[64 * j + 4 * r..64 * j + 4 * r + 4]);
-    }
+    stored_row_nibbles(src, r, &mut b[4..]);
     b
 }
 
@@ -391,9 +392,7 @@ pub(crate) fn stored_dequantize_row_q4_1(cols: usize, panel: &[u8], r: usize, ou
 fn stored_q4_0_row_block(src: &[u8; STORED_Q4_0_BLOCK], r: usize) -> [u8; 18] {
     let mut b = [0u8; 18];
     b[..2].copy_from_slice(&src[256 + 2 * r..258 + 2 * r]);
-    for j in 0..4 {
-        b[2 + 4 * j..6 + 4 * j].copy_from_slice(&src[64 * j + 4 * r..64 * j + 4 * r + 4]);
-    }
+    stored_row_nibbles(src, r, &mut b[2..]);
     b
 }
 
