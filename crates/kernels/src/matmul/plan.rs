@@ -7,7 +7,7 @@ use crate::act_pack;
 #[cfg(test)]
 use crate::dispatch::F32Tiles;
 use crate::dispatch::{F32Tile, TileFns};
-use crate::panel::{PanelFns, STORED_UNPACK_TOKENS};
+use crate::panel::PanelFns;
 
 /// How [`super::matmul_many`] runs a call whose shapes are checked.
 #[derive(Clone, Copy, Debug)]
@@ -66,7 +66,7 @@ pub(crate) fn plan(wms: &[&Weights<'_>], tokens: usize) -> Strategy {
         let (Some(stored), Some(panel)) = (k.stored, k.panel) else {
             unreachable!("stored panels without their kernels")
         };
-        return match stored.unpack.filter(|_| tokens >= STORED_UNPACK_TOKENS) {
+        return match stored.unpack.filter(|_| tokens >= stored.unpack_tokens) {
             // Unpacked per call like the file's rows, from the stored bytes.
             Some(unpack) => Strategy::UnpackedStoredPanels(PanelFns { unpack, ..panel }),
             // Nothing to unpack: stored panels take every batch.
@@ -93,7 +93,7 @@ pub(crate) fn plan(wms: &[&Weights<'_>], tokens: usize) -> Strategy {
 mod tests {
     use super::*;
     use crate::dispatch::TypeKernels;
-    use crate::panel::{PANEL_ROWS, StoredPanelFns};
+    use crate::panel::{PANEL_ROWS, STORED_UNPACK_TOKENS, StoredPanelFns};
     use crate::{GgmlType, Isa, kernels_for};
 
     /// Every weight type with kernels.
@@ -178,6 +178,7 @@ mod tests {
             many: None,
             block_bytes: 352,
             unpack: unpack.then_some(other_unpack as crate::panel::UnpackFn),
+            unpack_tokens: STORED_UNPACK_TOKENS,
         }
     }
     /// A type's entry on an ISA with tiles, panels and (maybe) stored panels.
@@ -418,13 +419,16 @@ mod tests {
                 if let Some(s) = k.stored {
                     let at = |t| plan_one(k, Layout::Panels, t);
                     assert_eq!(at(1), "stored single", "{isa} {}", k.weight);
-                    assert_eq!(at(STORED_UNPACK_TOKENS - 1), "stored panels");
+                    let u = s.unpack_tokens;
+                    assert!(u > 2, "{isa} {}: unpacking from {u}", k.weight);
+                    assert_eq!(at(2), "stored panels", "{isa} {}", k.weight);
+                    assert_eq!(at(u - 1), "stored panels", "{isa} {}", k.weight);
                     let big = if s.unpack.is_some() {
                         "unpacked stored panels"
                     } else {
                         "stored panels"
                     };
-                    assert_eq!(at(STORED_UNPACK_TOKENS), big, "{isa} {}", k.weight);
+                    assert_eq!(at(u), big, "{isa} {}", k.weight);
                 }
             }
         }

@@ -1,9 +1,9 @@
 //! Stored panels: a Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q4_K or Q6_K matrix whose rows come
 //! in whole panels can be *stored* as panels (rewritten once, at load).
 //! Decoding then reads sixteen rows per 512-bit vector with one broadcast
-//! activation dword per `vpdpbusd`, far fewer instructions per byte than the
-//! eight-row kernels over ggml's rows, so single-token matmuls stay
-//! memory-bound. Each stored layout is exactly the size of its rows: a Q8_0
+//! activation dword per `vpdpbusd` (eight rows per 256-bit vector and
+//! `vpmaddubsw` on AVX2), far fewer instructions per byte than the kernels
+//! over ggml's rows, so single-token matmuls stay memory-bound. Each stored layout is exactly the size of its rows: a Q8_0
 //! block is the panel's own (no call unpacks it); the other types keep their
 //! quants packed, rebuilt in registers (or, for large batches, unpacked per
 //! call like the rows). Rows read back and dequantized go through ggml's
@@ -56,9 +56,12 @@ pub struct StoredPanelFns {
     pub block_bytes: usize,
     /// Where a stored block is packed tighter than the type's panel: a
     /// stored panel → that panel ([`UnpackFn`] over its bytes), which
-    /// batches of [`STORED_UNPACK_TOKENS`] or more multiply instead of
+    /// batches of [`unpack_tokens`](Self::unpack_tokens) or more multiply instead of
     /// expanding every block again for each group of tokens.
     pub unpack: Option<UnpackFn>,
+    /// The fewest tokens that [`unpack`](Self::unpack) takes (usually
+    /// [`STORED_UNPACK_TOKENS`]).
+    pub unpack_tokens: usize,
 }
 
 /// Batches of at least this many tokens unpack stored panels that have an

@@ -1,6 +1,7 @@
 //! x86-64 kernels and their tables.
 //!
-//! [`AVX2`] replaces the scalar kernels with `avx2` ones where they exist.
+//! [`AVX2`] replaces the scalar kernels with `avx2` ones where they exist,
+//! and stores Q4_K and Q6_K matrices as panels.
 //! [`AVX512`] starts from [`AVX2`], since every AVX-512 VNNI CPU has AVX2.
 //! It takes VNNI row and 1×4 kernels for Q4_K and Q6_K, VNNI tiles for
 //! every tiled type, eight-row kernels for Q8_0, Q4_0, Q5_0 and Q4_K, the
@@ -26,6 +27,7 @@ mod attention_run;
 pub(crate) mod avx2;
 pub(crate) mod avx512;
 mod common;
+mod stored_call;
 
 use crate::GgmlType as T;
 use crate::dispatch::{F32Tiles, Simd, TileFns, TypeKernels, scalar};
@@ -46,6 +48,9 @@ const AVX2_PANEL_MIN_TOKENS: usize = 20;
 const AVX2_LEGACY_PANEL_MIN_TOKENS: usize = 8;
 /// The same for Q4_K.
 const AVX2_Q4_K_PANEL_MIN_TOKENS: usize = 12;
+/// Batches of this many tokens or more unpack AVX2's stored Q6_K panels:
+/// its stored kernels unpack each super-block again per eight tokens.
+const AVX2_Q6_K_UNPACK_TOKENS: usize = 12;
 /// The same for the AVX-512 panels.
 const AVX512_PANEL_MIN_TOKENS: usize = 32;
 /// The same for the AVX-512 Q4_1 and Q5_1 panels, which pass the 1×4
@@ -309,6 +314,20 @@ const AVX2_Q4_K: TypeKernels = TypeKernels {
         block_values: 256,
         min_tokens: AVX2_Q4_K_PANEL_MIN_TOKENS,
     }),
+    stored: Some(StoredPanelFns {
+        store: panel::store_q4_k,
+        row: panel::stored_row_q4_k,
+        dequantize_row: panel::stored_dequantize_row_q4_k,
+        single: avx2::stored_single_q4_k,
+        single_reads_quantized: false,
+        wide: avx2::panel8_stored_q4_k,
+        narrow: avx2::panel4_stored_q4_k,
+        pair: None,
+        many: None,
+        block_bytes: panel::STORED_Q4_K_BLOCK,
+        unpack: Some(avx2::unpack_stored_q4_k),
+        unpack_tokens: panel::STORED_UNPACK_TOKENS,
+    }),
     ..scalar(T::Q4_K)
 };
 
@@ -353,6 +372,20 @@ const AVX2_Q6_K: TypeKernels = TypeKernels {
         act_block_bytes: panel::Q6_K_ACT,
         block_values: 256,
         min_tokens: AVX2_PANEL_MIN_TOKENS,
+    }),
+    stored: Some(StoredPanelFns {
+        store: panel::store_q6_k,
+        row: panel::stored_row_q6_k,
+        dequantize_row: panel::stored_dequantize_row_q6_k,
+        single: avx2::stored_single_q6_k,
+        single_reads_quantized: true,
+        wide: avx2::panel8_stored_q6_k,
+        narrow: avx2::panel4_stored_q6_k,
+        pair: None,
+        many: None,
+        block_bytes: panel::STORED_Q6_K_BLOCK,
+        unpack: Some(avx2::unpack_stored_q6_k),
+        unpack_tokens: AVX2_Q6_K_UNPACK_TOKENS,
     }),
     ..scalar(T::Q6_K)
 };
@@ -408,6 +441,7 @@ const AVX512_Q4_0: TypeKernels = TypeKernels {
         many: None,
         block_bytes: panel::STORED_Q4_0_BLOCK,
         unpack: Some(avx512::unpack_stored_q4_0),
+        unpack_tokens: panel::STORED_UNPACK_TOKENS,
     }),
     ..AVX2_Q4_0
 };
@@ -441,6 +475,7 @@ const AVX512_Q4_1: TypeKernels = TypeKernels {
         many: None,
         block_bytes: panel::STORED_Q4_1_BLOCK,
         unpack: Some(avx512::unpack_stored_q4_1),
+        unpack_tokens: panel::STORED_UNPACK_TOKENS,
     }),
     ..AVX2_Q4_1
 };
@@ -463,6 +498,7 @@ const AVX512_Q5_1: TypeKernels = TypeKernels {
         many: None,
         block_bytes: panel::STORED_Q5_1_BLOCK,
         unpack: Some(avx512::unpack_stored_q5_1),
+        unpack_tokens: panel::STORED_UNPACK_TOKENS,
     }),
     ..AVX2_Q5_1
 };
@@ -515,6 +551,7 @@ const AVX512_Q5_0: TypeKernels = TypeKernels {
         many: None,
         block_bytes: panel::STORED_Q5_0_BLOCK,
         unpack: Some(avx512::unpack_stored_q5_0),
+        unpack_tokens: panel::STORED_UNPACK_TOKENS,
     }),
     ..AVX2_Q5_0
 };
@@ -543,6 +580,7 @@ const AVX512_Q8_0: TypeKernels = TypeKernels {
         block_bytes: panel::STORED_Q8_0_BLOCK,
         // Its stored blocks are the panel's, scales as f16.
         unpack: None,
+        unpack_tokens: panel::STORED_UNPACK_TOKENS,
     }),
     ..AVX2_Q8_0
 };
@@ -586,6 +624,7 @@ const AVX512_Q4_K: TypeKernels = TypeKernels {
         // Multiplied where they lie at every batch size: the pair kernel
         // reads half the bytes an unpacked panel has.
         unpack: None,
+        unpack_tokens: panel::STORED_UNPACK_TOKENS,
     }),
     ..AVX2_Q4_K
 };
@@ -626,6 +665,7 @@ const AVX512_Q6_K: TypeKernels = TypeKernels {
         many: None,
         block_bytes: panel::STORED_Q6_K_BLOCK,
         unpack: Some(avx512::unpack_stored_q6_k),
+        unpack_tokens: panel::STORED_UNPACK_TOKENS,
     }),
     ..AVX2_Q6_K
 };

@@ -32,6 +32,7 @@ mod half_rows;
 mod kquant;
 mod panel;
 mod quantize;
+mod stored;
 mod tile;
 mod unpack;
 
@@ -46,6 +47,7 @@ pub(crate) use half_rows::*;
 pub(crate) use kquant::*;
 pub(crate) use panel::*;
 pub(crate) use quantize::*;
+pub(crate) use stored::*;
 pub(crate) use tile::*;
 pub(crate) use unpack::*;
 

@@ -22,7 +22,7 @@ use crate::panel::{
 };
 
 /// Tokens per pass.
-const G: usize = 4;
+pub(super) const G: usize = 4;
 
 #[inline(always)]
 pub(super) unsafe fn bcast(p: *const u8) -> __m256i {
@@ -39,7 +39,7 @@ unsafe fn bcast_ps(p: *const u8) -> __m256 {
 /// `acc + d_w · d_a · Σ` per lane, in the row kernels' order:
 /// `fma(d_w·d_a, Σ, acc)`.
 #[inline(always)]
-unsafe fn float_step(acc: __m256, dw: __m256, da: *const u8, sum: __m256i) -> __m256 {
+pub(super) unsafe fn float_step(acc: __m256, dw: __m256, da: *const u8, sum: __m256i) -> __m256 {
     // SAFETY: `da` has four readable bytes; AVX2/FMA are enabled in the callers.
     unsafe {
         _mm256_fmadd_ps(
@@ -330,43 +330,53 @@ unsafe fn q6_k_pass(nb: usize, panel: *const u8, ys: [*const u8; G]) -> [[__m256
     unsafe {
         let mut acc = [[_mm256_setzero_ps(); 2]; G];
         for i in 0..nb {
-            let p = panel.add(i * Q6_K_BLOCK);
             let y: [*const u8; G] = std::array::from_fn(|t| ys[t].add(i * Q6_K_ACT));
-            // The row's stored term takes the activations' +128 back.
-            let mut s32 = [[0, 1].map(|h| load256(p.add(5120 + 32 * h))); G];
-            for s in 0..16 {
-                // The scale (an i8, sign-extended in its i32 lane) as the i16
-                // pair (scale, scale).
-                let sc = [0, 1].map(|h| {
-                    let sc = load256(p.add(4096 + 64 * s + 32 * h));
-                    _mm256_blend_epi16::<0b1010_1010>(sc, _mm256_slli_epi32::<16>(sc))
-                });
-                // Two dwords of (a + 128) · (q − 32) per i16 sum: at most
-                // 2 · 2 · 255 · 32 < 2^15.
-                for j in 0..2 {
-                    let w0 = [0, 1].map(|h| load256(p.add(256 * s + 128 * j + 32 * h)));
-                    let w1 = [0, 1].map(|h| load256(p.add(256 * s + 128 * j + 64 + 32 * h)));
-                    for t in 0..G {
-                        let a = y[t].add(Q6_K_ACT_QUANTS + 16 * s + 8 * j);
-                        let (a0, a1) = (bcast(a), bcast(a.add(4)));
-                        for h in 0..2 {
-                            let m0 = _mm256_maddubs_epi16(a0, w0[h]);
-                            let m1 = _mm256_maddubs_epi16(a1, w1[h]);
-                            let s16 = _mm256_add_epi16(m0, m1);
-                            let m = _mm256_madd_epi16(s16, sc[h]);
-                            s32[t][h] = _mm256_add_epi32(s32[t][h], m);
-                        }
+            q6_k_block(panel.add(i * Q6_K_BLOCK), y, &mut acc);
+        }
+        acc
+    }
+}
+
+/// One Q6_K panel block at `p` against four tokens' prepared blocks `y`:
+/// each token's exact sum, then `acc = fma(d_w·d_a, Σ, acc)` per half.
+#[inline(always)]
+pub(super) unsafe fn q6_k_block(p: *const u8, y: [*const u8; G], acc: &mut [[__m256; 2]; G]) {
+    // SAFETY: a whole Q6_K panel block at `p` and a whole prepared block per
+    // token (the callers' contract); AVX2/FMA are enabled in the callers.
+    unsafe {
+        // The row's stored term takes the activations' +128 back.
+        let mut s32 = [[0, 1].map(|h| load256(p.add(5120 + 32 * h))); G];
+        for s in 0..16 {
+            // The scale (an i8, sign-extended in its i32 lane) as the i16
+            // pair (scale, scale).
+            let sc = [0, 1].map(|h| {
+                let sc = load256(p.add(4096 + 64 * s + 32 * h));
+                _mm256_blend_epi16::<0b1010_1010>(sc, _mm256_slli_epi32::<16>(sc))
+            });
+            // Two dwords of (a + 128) · (q − 32) per i16 sum: at most
+            // 2 · 2 · 255 · 32 < 2^15.
+            for j in 0..2 {
+                let w0 = [0, 1].map(|h| load256(p.add(256 * s + 128 * j + 32 * h)));
+                let w1 = [0, 1].map(|h| load256(p.add(256 * s + 128 * j + 64 + 32 * h)));
+                for t in 0..G {
+                    let a = y[t].add(Q6_K_ACT_QUANTS + 16 * s + 8 * j);
+                    let (a0, a1) = (bcast(a), bcast(a.add(4)));
+                    for h in 0..2 {
+                        let m0 = _mm256_maddubs_epi16(a0, w0[h]);
+                        let m1 = _mm256_maddubs_epi16(a1, w1[h]);
+                        let s16 = _mm256_add_epi16(m0, m1);
+                        let m = _mm256_madd_epi16(s16, sc[h]);
+                        s32[t][h] = _mm256_add_epi32(s32[t][h], m);
                     }
                 }
             }
-            for h in 0..2 {
-                let dw = _mm256_loadu_ps(p.add(5184 + 32 * h).cast());
-                for t in 0..G {
-                    acc[t][h] = float_step(acc[t][h], dw, y[t], s32[t][h]);
-                }
+        }
+        for h in 0..2 {
+            let dw = _mm256_loadu_ps(p.add(5184 + 32 * h).cast());
+            for t in 0..G {
+                acc[t][h] = float_step(acc[t][h], dw, y[t], s32[t][h]);
             }
         }
-        acc
     }
 }
 

@@ -30,7 +30,7 @@ unsafe fn transpose8(v: [__m256i; 8]) -> [__m256i; 8] {
 }
 
 #[inline(always)]
-unsafe fn store(p: *mut u8, v: __m256i) {
+pub(super) unsafe fn store(p: *mut u8, v: __m256i) {
     // SAFETY: the caller passes 32 writable bytes; unaligned store.
     unsafe { _mm256_storeu_si256(p.cast(), v) }
 }

@@ -2,6 +2,7 @@
 //! one token against stored panels, and unpacking stored panels.
 
 use super::*;
+use crate::x86_64::stored_call::*;
 
 /// `n` stored legacy panels of `nb` blocks against one prepared row, each
 /// panel as [`legacy_panel`] for one token, each block's bytes prefetched
@@ -186,184 +187,6 @@ target_fns! { avx512:
     }
 }
 
-/// A stored type's sizes, for the checked entry points below.
-struct StoredShape {
-    ty: &'static str,
-    /// Values per block.
-    values: usize,
-    /// Bytes of a stored block (sixteen rows).
-    block: usize,
-    /// Bytes of a block of the activation row the one-token kernel reads
-    /// ([`crate::panel::StoredPanelFns::single_reads_quantized`]).
-    act_block: usize,
-    /// Bytes of a block of the panel a stored block unpacks to.
-    panel_block: usize,
-}
-
-const SHAPE_Q8_0: StoredShape = StoredShape {
-    ty: "Q8_0",
-    values: 32,
-    block: crate::panel::STORED_Q8_0_BLOCK,
-    act_block: crate::panel::LEGACY_ACT,
-    panel_block: crate::panel::LEGACY_BLOCK,
-};
-const SHAPE_Q5_0: StoredShape = StoredShape {
-    ty: "Q5_0",
-    values: 32,
-    block: crate::panel::STORED_Q5_0_BLOCK,
-    act_block: crate::panel::LEGACY_ACT,
-    panel_block: crate::panel::LEGACY_BLOCK,
-};
-const SHAPE_Q4_0: StoredShape = StoredShape {
-    ty: "Q4_0",
-    values: 32,
-    block: crate::panel::STORED_Q4_0_BLOCK,
-    act_block: crate::panel::LEGACY_ACT,
-    panel_block: crate::panel::LEGACY_BLOCK,
-};
-const SHAPE_Q4_1: StoredShape = StoredShape {
-    ty: "Q4_1",
-    values: 32,
-    block: crate::panel::STORED_Q4_1_BLOCK,
-    act_block: crate::panel::LEGACY_ACT,
-    panel_block: crate::panel::OFFSET_BLOCK,
-};
-const SHAPE_Q5_1: StoredShape = StoredShape {
-    ty: "Q5_1",
-    values: 32,
-    block: crate::panel::STORED_Q5_1_BLOCK,
-    act_block: crate::panel::LEGACY_ACT,
-    panel_block: crate::panel::OFFSET_BLOCK,
-};
-const SHAPE_Q4_K: StoredShape = StoredShape {
-    ty: "Q4_K",
-    values: 256,
-    block: crate::panel::STORED_Q4_K_BLOCK,
-    act_block: crate::panel::Q4_K_ACT,
-    panel_block: crate::panel::Q4_K_BLOCK,
-};
-const SHAPE_Q6_K: StoredShape = StoredShape {
-    ty: "Q6_K",
-    values: 256,
-    block: crate::panel::STORED_Q6_K_BLOCK,
-    // Its one-token kernel reads the Q8_K row itself.
-    act_block: crate::panel::Q8_K_BYTES,
-    panel_block: crate::panel::Q6_K_BLOCK,
-};
-
-/// A one-token stored kernel: (blocks per row, panels, panel count,
-/// activation row, outputs, prefetch distance).
-type StoredSingleKernel = unsafe fn(usize, *const u8, usize, *const u8, *mut f32, usize);
-/// A stored-panel unpacker: (blocks per row, stored panel, panel out).
-type UnpackStoredKernel = unsafe fn(usize, *const u8, *mut u8);
-
-/// Checks a one-token call over stored panels of `shape` (whole blocks,
-/// whole panels, the activation row's and the output's sizes), then runs
-/// `kernel` on it.
-fn stored_single_call(
-    shape: &StoredShape,
-    kernel: StoredSingleKernel,
-    cols: usize,
-    panels: &[u8],
-    act: &[u8],
-    out: &mut [f32],
-) {
-    let StoredShape { ty, values, .. } = *shape;
-    assert!(
-        cols > 0 && cols.is_multiple_of(values),
-        "{ty}: {cols} values is not whole blocks"
-    );
-    let nb = cols / values;
-    let pbytes = nb * shape.block;
-    assert!(
-        panels.len().is_multiple_of(pbytes),
-        "stored {ty}: {} bytes is not whole panels",
-        panels.len()
-    );
-    let n = panels.len() / pbytes;
-    assert_eq!(act.len(), nb * shape.act_block, "{ty} activation row size");
-    assert_eq!(out.len(), 16 * n, "stored panel output size");
-    // SAFETY: `n` whole panels of `nb` stored blocks, an activation row of
-    // `nb` blocks and `16·n` outputs (checked above), as every kernel passed here
-    // reads and writes; reachable only through the AVX512 table, handed out
-    // after AVX-512 F/BW/VL + VNNI were detected.
-    unsafe {
-        kernel(
-            nb,
-            panels.as_ptr(),
-            n,
-            act.as_ptr(),
-            out.as_mut_ptr(),
-            crate::prefetch::ahead(),
-        )
-    }
-}
-
-/// Checks an unpacking call of one stored panel of `shape` (whole blocks,
-/// both sizes), then runs `kernel` on it.
-fn unpack_stored_call(
-    shape: &StoredShape,
-    kernel: UnpackStoredKernel,
-    cols: usize,
-    panel: &[u8],
-    out: &mut [u8],
-) {
-    let StoredShape { ty, values, .. } = *shape;
-    assert!(
-        cols.is_multiple_of(values),
-        "{ty}: {cols} values is not whole blocks"
-    );
-    let nb = cols / values;
-    assert_eq!(panel.len(), nb * shape.block, "stored {ty} panel size");
-    assert_eq!(out.len(), nb * shape.panel_block, "{ty} panel size");
-    // SAFETY: `nb` blocks each way (checked above), as every unpacker passed
-    // here reads and writes; reachable only through the AVX512 table, handed
-    // out after AVX-512 F/BW/VL + VNNI were detected.
-    unsafe { kernel(nb, panel.as_ptr(), out.as_mut_ptr()) }
-}
-
-pub(crate) fn stored_single_q8_0(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
-    stored_single_call(&SHAPE_Q8_0, k_stored_single_q8_0, cols, panels, act, out)
-}
-pub(crate) fn stored_single_q5_0(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
-    stored_single_call(&SHAPE_Q5_0, k_stored_single_q5_0, cols, panels, act, out)
-}
-pub(crate) fn stored_single_q4_0(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
-    stored_single_call(&SHAPE_Q4_0, k_stored_single_q4_0, cols, panels, act, out)
-}
-pub(crate) fn stored_single_q4_1(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
-    stored_single_call(&SHAPE_Q4_1, k_stored_single_q4_1, cols, panels, act, out)
-}
-pub(crate) fn stored_single_q5_1(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
-    stored_single_call(&SHAPE_Q5_1, k_stored_single_q5_1, cols, panels, act, out)
-}
-pub(crate) fn stored_single_q4_k(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
-    stored_single_call(&SHAPE_Q4_K, k_stored_single_q4_k, cols, panels, act, out)
-}
-pub(crate) fn stored_single_q6_k(cols: usize, panels: &[u8], act: &[u8], out: &mut [f32]) {
-    stored_single_call(&SHAPE_Q6_K, k_stored_single_q6_k, cols, panels, act, out)
-}
-
-/// A stored panel → the panel its type's kernels read (the legacy panel for
-/// Q5_0 and Q4_0), with the stored kernels' expansion (checked against the
-/// file's rows unpacked).
-pub(crate) fn unpack_stored_q5_0(cols: usize, panel: &[u8], out: &mut [u8]) {
-    unpack_stored_call(&SHAPE_Q5_0, k_unpack_stored_q5_0, cols, panel, out)
-}
-pub(crate) fn unpack_stored_q4_0(cols: usize, panel: &[u8], out: &mut [u8]) {
-    unpack_stored_call(&SHAPE_Q4_0, k_unpack_stored_q4_0, cols, panel, out)
-}
-/// A stored Q4_1 or Q5_1 panel → their offset panel, likewise.
-pub(crate) fn unpack_stored_q4_1(cols: usize, panel: &[u8], out: &mut [u8]) {
-    unpack_stored_call(&SHAPE_Q4_1, k_unpack_stored_q4_1, cols, panel, out)
-}
-pub(crate) fn unpack_stored_q5_1(cols: usize, panel: &[u8], out: &mut [u8]) {
-    unpack_stored_call(&SHAPE_Q5_1, k_unpack_stored_q5_1, cols, panel, out)
-}
-pub(crate) fn unpack_stored_q6_k(cols: usize, panel: &[u8], out: &mut [u8]) {
-    unpack_stored_call(&SHAPE_Q6_K, k_unpack_stored_q6_k, cols, panel, out)
-}
-
 /// Super-blocks of the activation row whose sub-block sums
 /// [`k_stored_single_q6_k`] widens at a time (on the stack).
 const Q6_K_SINGLE_CHUNK: usize = 16;
@@ -514,5 +337,25 @@ target_fns! { avx512:
     unsafe fn k_unpack_stored_q6_k(nb: usize, panel: *const u8, out: *mut u8) {
         // SAFETY: forwarded from the caller's contract.
         unsafe { unpack_stored_q6_k_body(nb, panel, out) }
+    }
+}
+
+// The safe wrappers the tables hold, each checking its call.
+stored_entry_points! {
+    single {
+        stored_single_q8_0 => SHAPE_Q8_0, k_stored_single_q8_0;
+        stored_single_q5_0 => SHAPE_Q5_0, k_stored_single_q5_0;
+        stored_single_q4_0 => SHAPE_Q4_0, k_stored_single_q4_0;
+        stored_single_q4_1 => SHAPE_Q4_1, k_stored_single_q4_1;
+        stored_single_q5_1 => SHAPE_Q5_1, k_stored_single_q5_1;
+        stored_single_q4_k => SHAPE_Q4_K, k_stored_single_q4_k;
+        stored_single_q6_k => SHAPE_Q6_K, k_stored_single_q6_k;
+    }
+    unpack {
+        unpack_stored_q5_0 => SHAPE_Q5_0, k_unpack_stored_q5_0;
+        unpack_stored_q4_0 => SHAPE_Q4_0, k_unpack_stored_q4_0;
+        unpack_stored_q4_1 => SHAPE_Q4_1, k_unpack_stored_q4_1;
+        unpack_stored_q5_1 => SHAPE_Q5_1, k_unpack_stored_q5_1;
+        unpack_stored_q6_k => SHAPE_Q6_K, k_unpack_stored_q6_k;
     }
 }
