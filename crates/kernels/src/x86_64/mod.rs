@@ -1,7 +1,8 @@
 //! x86-64 kernels and their tables.
 //!
 //! [`AVX2`] replaces the scalar kernels with `avx2` ones where they exist,
-//! and stores Q4_K and Q6_K matrices as panels.
+//! and stores Q4_K, Q6_K, Q4_0, Q5_0, Q4_1 and Q5_1 matrices as panels
+//! (Q8_0's rows already stream at the limit there).
 //! [`AVX512`] starts from [`AVX2`], since every AVX-512 VNNI CPU has AVX2.
 //! It takes VNNI row and 1×4 kernels for Q4_K and Q6_K, VNNI tiles for
 //! every tiled type, eight-row kernels for Q8_0, Q4_0, Q5_0 and Q4_K, the
@@ -51,6 +52,9 @@ const AVX2_Q4_K_PANEL_MIN_TOKENS: usize = 12;
 /// Batches of this many tokens or more unpack AVX2's stored Q6_K panels:
 /// its stored kernels unpack each super-block again per eight tokens.
 const AVX2_Q6_K_UNPACK_TOKENS: usize = 12;
+/// The same for AVX2's stored Q4_0, Q5_0, Q4_1 and Q5_1 panels, whose
+/// stored kernels rebuild each block's quants again per four tokens.
+const AVX2_LEGACY_UNPACK_TOKENS: usize = 16;
 /// The same for the AVX-512 panels.
 const AVX512_PANEL_MIN_TOKENS: usize = 32;
 /// The same for the AVX-512 Q4_1 and Q5_1 panels, which pass the 1×4
@@ -140,6 +144,20 @@ const AVX2_Q4_0: TypeKernels = TypeKernels {
         block_values: 32,
         min_tokens: AVX2_LEGACY_PANEL_MIN_TOKENS,
     }),
+    stored: Some(StoredPanelFns {
+        store: panel::store_q4_0,
+        row: panel::stored_row_q4_0,
+        dequantize_row: panel::stored_dequantize_row_q4_0,
+        single: avx2::stored_single_q4_0,
+        single_reads_quantized: false,
+        wide: avx2::panel8_stored_q4_0,
+        narrow: avx2::panel4_stored_q4_0,
+        pair: None,
+        many: None,
+        block_bytes: panel::STORED_Q4_0_BLOCK,
+        unpack: Some(avx2::unpack_stored_q4_0),
+        unpack_tokens: AVX2_LEGACY_UNPACK_TOKENS,
+    }),
     ..scalar(T::Q4_0)
 };
 
@@ -150,6 +168,20 @@ const AVX2_Q4_1: TypeKernels = TypeKernels {
     vec_dot: avx2::vec_dot_q4_1,
     vec_dot_x4: Some(avx2::vec_dot_x4_q4_1),
     panel: Some(AVX2_OFFSET_PANEL),
+    stored: Some(StoredPanelFns {
+        store: panel::store_q4_1,
+        row: panel::stored_row_q4_1,
+        dequantize_row: panel::stored_dequantize_row_q4_1,
+        single: avx2::stored_single_q4_1,
+        single_reads_quantized: false,
+        wide: avx2::panel8_stored_q4_1,
+        narrow: avx2::panel4_stored_q4_1,
+        pair: None,
+        many: None,
+        block_bytes: panel::STORED_Q4_1_BLOCK,
+        unpack: Some(avx2::unpack_stored_q4_1),
+        unpack_tokens: AVX2_LEGACY_UNPACK_TOKENS,
+    }),
     ..scalar(T::Q4_1)
 };
 
@@ -197,6 +229,20 @@ const AVX2_Q5_0: TypeKernels = TypeKernels {
         block_values: 32,
         min_tokens: AVX2_LEGACY_PANEL_MIN_TOKENS,
     }),
+    stored: Some(StoredPanelFns {
+        store: panel::store_q5_0,
+        row: panel::stored_row_q5_0,
+        dequantize_row: panel::stored_dequantize_row_q5_0,
+        single: avx2::stored_single_q5_0,
+        single_reads_quantized: false,
+        wide: avx2::panel8_stored_q5_0,
+        narrow: avx2::panel4_stored_q5_0,
+        pair: None,
+        many: None,
+        block_bytes: panel::STORED_Q5_0_BLOCK,
+        unpack: Some(avx2::unpack_stored_q5_0),
+        unpack_tokens: AVX2_LEGACY_UNPACK_TOKENS,
+    }),
     ..scalar(T::Q5_0)
 };
 
@@ -211,6 +257,20 @@ const AVX2_Q5_1: TypeKernels = TypeKernels {
         wide: avx2::panel8_q5_1,
         narrow: avx2::panel4_q5_1,
         ..AVX2_OFFSET_PANEL
+    }),
+    stored: Some(StoredPanelFns {
+        store: panel::store_q5_1,
+        row: panel::stored_row_q5_1,
+        dequantize_row: panel::stored_dequantize_row_q5_1,
+        single: avx2::stored_single_q5_1,
+        single_reads_quantized: false,
+        wide: avx2::panel8_stored_q5_1,
+        narrow: avx2::panel4_stored_q5_1,
+        pair: None,
+        many: None,
+        block_bytes: panel::STORED_Q5_1_BLOCK,
+        unpack: Some(avx2::unpack_stored_q5_1),
+        unpack_tokens: AVX2_LEGACY_UNPACK_TOKENS,
     }),
     ..scalar(T::Q5_1)
 };

@@ -33,6 +33,7 @@ mod kquant;
 mod panel;
 mod quantize;
 mod stored;
+mod stored_legacy;
 mod tile;
 mod unpack;
 
@@ -48,6 +49,7 @@ pub(crate) use kquant::*;
 pub(crate) use panel::*;
 pub(crate) use quantize::*;
 pub(crate) use stored::*;
+pub(crate) use stored_legacy::*;
 pub(crate) use tile::*;
 pub(crate) use unpack::*;
 

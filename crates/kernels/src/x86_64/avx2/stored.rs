@@ -40,19 +40,6 @@ unsafe fn lane_pick(pick: [u8; 4]) -> __m256i {
 /// A zero byte in a [`lane_pick`].
 const Z: u8 = 0x80;
 
-/// Eight f16 at `p` as f32 (exact; in software under Miri, which lacks F16C).
-#[inline(always)]
-unsafe fn load8_f16(p: *const u8) -> __m256 {
-    if cfg!(miri) {
-        // SAFETY: `p` has sixteen readable bytes.
-        let v: [f32; 8] = std::array::from_fn(|i| unsafe { fp16_soft(p.add(2 * i)) });
-        // SAFETY: AVX is enabled in every caller.
-        return unsafe { _mm256_loadu_ps(v.as_ptr()) };
-    }
-    // SAFETY: `p` has sixteen readable bytes; F16C is enabled in every caller.
-    unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
-}
-
 // ------------------------------------------------------------------- Q4_K
 
 /// Half `h` of a stored Q4_K super-block's 6-bit scales and mins as bytes,
