@@ -3,8 +3,9 @@
 //! Decoding then reads sixteen rows per 512-bit vector with one broadcast
 //! activation dword per `vpdpbusd` (eight rows per 256-bit vector and
 //! `vpmaddubsw` on AVX2), far fewer instructions per byte than the kernels
-//! over ggml's rows, so single-token matmuls stay memory-bound. Each stored layout is exactly the size of its rows: a Q8_0
-//! block is the panel's own (no call unpacks it); the other types keep their
+//! over ggml's rows, so single-token matmuls stay memory-bound. Each stored
+//! layout is exactly the size of its rows: a Q8_0 block is the panel's own
+//! (no call unpacks it); the other types keep their
 //! quants packed, rebuilt in registers (or, for large batches, unpacked per
 //! call like the rows). Rows read back and dequantized go through ggml's
 //! layout, rebuilt block by block.
